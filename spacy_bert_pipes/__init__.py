@@ -1,0 +1,28 @@
+"""spacy-bert-pipes: BERT components for spaCy.
+
+Importing the package registers the factories (`bert_encoder`, `bert_textcat`)
+and the architectures, loaders and scorers; spaCy also finds them through the
+package's entry points. torch and transformers are imported only when a
+component is built.
+"""
+
+from . import scorers
+from .about import __version__
+from .models import encoder, heads, listener, loaders
+from .models.types import DocEncoding
+from .pipeline.encoder import BertEncoderPipe, make_bert_encoder
+from .pipeline.textcat import BertTextCategorizer, make_bert_textcat
+
+__all__ = [
+    "__version__",
+    "BertEncoderPipe",
+    "BertTextCategorizer",
+    "DocEncoding",
+    "encoder",
+    "heads",
+    "listener",
+    "loaders",
+    "make_bert_encoder",
+    "make_bert_textcat",
+    "scorers",
+]

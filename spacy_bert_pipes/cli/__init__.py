@@ -1,0 +1,15 @@
+"""The `bert-pipes` command line: thin typer commands over the package."""
+
+import typer
+
+app = typer.Typer(
+    name="bert-pipes",
+    help="BERT components for spaCy: convert data, evaluate and annotate collections.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+# Each module registers its commands on `app` when imported.
+from . import convert  # noqa: E402,F401
+
+__all__ = ["app"]

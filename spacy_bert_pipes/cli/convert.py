@@ -1,0 +1,154 @@
+"""`bert-pipes convert ...`: labelled data files to spaCy `.spacy` files."""
+
+import re
+from pathlib import Path
+from typing import List, NoReturn, Optional
+
+import spacy
+import typer
+from spacy.language import Language
+
+from ..convert import (
+    ConversionError,
+    nluplusplus_labels,
+    read_labels_file,
+    read_nluplusplus,
+    read_textcat_rows,
+    rows_to_docs,
+    write_docbin,
+)
+
+# `cli/__init__.py` defines `app` before it imports this module.
+from . import app
+
+convert_app = typer.Typer(
+    help="Convert labelled data into spaCy .spacy files (DocBin) for training and evaluation.",
+    no_args_is_help=True,
+)
+app.add_typer(convert_app, name="convert")
+
+
+@convert_app.command("textcat")
+def convert_textcat_cli(
+    input_path: Path = typer.Argument(
+        ...,
+        help="A .csv file with a header row, or a .jsonl file of JSON objects",
+        metavar="INPUT",
+        exists=True,
+        dir_okay=False,
+    ),
+    output_path: Path = typer.Argument(
+        ..., help="The .spacy file to write", dir_okay=False, metavar="OUTPUT"
+    ),
+    text_column: str = typer.Option(
+        "text", "--text-column", help="The column (CSV) or field (JSONL) holding the text"
+    ),
+    label_column: Optional[str] = typer.Option(
+        None,
+        "--label-column",
+        help="The column or field holding the labels (default: 'label' or 'labels')",
+    ),
+    labels_path: Optional[Path] = typer.Option(
+        None,
+        "--labels",
+        help="A JSON list of all labels (default: the sorted labels found in the input)",
+        exists=True,
+        dir_okay=False,
+    ),
+    multilabel: bool = typer.Option(
+        False, "--multilabel", help="Allow any number of labels per row, not exactly one"
+    ),
+    lang: str = typer.Option("en", "--lang", help="Language code of the tokenizer"),
+) -> None:
+    """Convert labelled texts (CSV or JSONL) for text classification.
+
+    Each Doc gets a score in doc.cats for every label: 1.0 for its gold labels,
+    0.0 for the others. A CSV label cell holds one label or several separated
+    by "|"; a JSONL label field is a string or a list of strings.
+    """
+    nlp = _blank(lang)
+    try:
+        # Without a labels file the label set is known only after reading all
+        # rows, so they are held in memory: fine for datasets of this size.
+        rows = list(
+            read_textcat_rows(input_path, text_column=text_column, label_column=label_column)
+        )
+        if labels_path is not None:
+            labels = read_labels_file(labels_path)
+        else:
+            labels = sorted({label for row in rows for label in row.labels})
+        docs = rows_to_docs(nlp, rows, labels, exclusive=not multilabel)
+        n_docs = write_docbin(docs, output_path)
+    except ConversionError as err:
+        _fail(str(err))
+    _report(n_docs, len(labels), output_path)
+
+
+@convert_app.command("nluplusplus")
+def convert_nluplusplus_cli(
+    folder: Path = typer.Argument(
+        ...,
+        help="An NLU++ domain folder of fold<N>.json files, e.g. nluplusplus/banking",
+        metavar="FOLDER",
+        exists=True,
+        file_okay=False,
+    ),
+    output_path: Path = typer.Argument(
+        ..., help="The .spacy file to write", dir_okay=False, metavar="OUTPUT"
+    ),
+    folds: str = typer.Option(
+        ..., "--folds", help="The folds to read, e.g. '0-17', '18,19' or '0-3,7'"
+    ),
+    lang: str = typer.Option("en", "--lang", help="Language code of the tokenizer"),
+) -> None:
+    """Convert NLU++ folds for multi-label intent classification.
+
+    The labels are the intents in ontology.json (looked up in FOLDER, then its
+    parent) whose domain is FOLDER's name (e.g. "banking") or "general"; a
+    query without intents gets 0.0 for every label.
+    """
+    fold_numbers = parse_folds(folds)
+    nlp = _blank(lang)
+    try:
+        labels = nluplusplus_labels(folder, domains=(folder.resolve().name, "general"))
+        rows = read_nluplusplus(folder, fold_numbers)
+        n_docs = write_docbin(rows_to_docs(nlp, rows, labels, exclusive=False), output_path)
+    except ConversionError as err:
+        _fail(str(err))
+    _report(n_docs, len(labels), output_path)
+
+
+def parse_folds(text: str) -> List[int]:
+    """Parse a fold selection such as "0-17", "18,19" or "0-3,7".
+
+    text (str): Comma-separated fold numbers and inclusive ranges.
+    RETURNS (List[int]): The fold numbers, in the order given.
+    """
+    folds: List[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if match is None or int(match[2] or match[1]) < int(match[1]):
+            raise typer.BadParameter(
+                f"{part.strip()!r} in {text!r}: expected a fold number or a range like '0-17'",
+                param_hint="--folds",
+            )
+        folds.extend(range(int(match[1]), int(match[2] or match[1]) + 1))
+    if len(set(folds)) != len(folds):
+        raise typer.BadParameter(f"{text!r} names a fold twice", param_hint="--folds")
+    return folds
+
+
+def _blank(lang: str) -> Language:
+    try:
+        return spacy.blank(lang)
+    except ImportError:
+        _fail(f"unknown language code {lang!r} (--lang)")
+
+
+def _report(n_docs: int, n_labels: int, output_path: Path) -> None:
+    typer.secho(f"Wrote {n_docs} docs with {n_labels} labels to {output_path}", fg="green")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(message, fg="red", err=True)
+    raise typer.Exit(code=1)

@@ -1,0 +1,1 @@
+"""thinc Models: the encoder, its windows, heads and weight loaders."""

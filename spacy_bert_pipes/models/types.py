@@ -1,0 +1,66 @@
+"""Plain data passed between the encoder and the heads (no torch here)."""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import srsly
+from thinc.types import Floats1d, Floats2d, Ints2d
+
+
+@dataclass
+class DocEncoding:
+    """The encoder's output for one Doc, after its windows are merged.
+
+    cls (Floats1d): The [CLS] vector, averaged over the doc's windows. (width,)
+    wordpieces (Floats2d): One vector per wordpiece of the text, each taken from the
+        window where that wordpiece has the most context on both sides. (n_pieces, width)
+    offsets (Ints2d): Character offsets of each wordpiece in `doc.text`, end exclusive.
+        (n_pieces, 2)
+    """
+
+    cls: Floats1d
+    wordpieces: Floats2d
+    offsets: Ints2d
+
+    @property
+    def width(self) -> int:
+        return int(self.cls.shape[0])
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"cls": self.cls, "wordpieces": self.wordpieces, "offsets": self.offsets}
+
+    @classmethod
+    def from_dict(cls, msg: Dict[str, Any]) -> "DocEncoding":
+        return cls(cls=msg["cls"], wordpieces=msg["wordpieces"], offsets=msg["offsets"])
+
+
+# Backprop callback of an encoder: gradients per doc for the [CLS] vector and
+# (optionally) the wordpiece vectors.
+@dataclass
+class DocEncodingGrad:
+    d_cls: Optional[Floats1d] = None
+    d_wordpieces: Optional[Floats2d] = None
+
+
+EncoderBackprop = Callable[[List[DocEncodingGrad]], List[Any]]
+
+
+# Docs that carry a DocEncoding in `doc._.bert_encoding` must survive
+# `Doc.to_bytes` (used by `nlp.pipe(n_process>1)` and DocBin): teach msgpack the type.
+_MSGPACK_KEY = "__spacy_bert_pipes_doc_encoding__"
+
+
+def _encode_doc_encoding(obj: Any, chain: Optional[Callable[[Any], Any]] = None) -> Any:
+    if isinstance(obj, DocEncoding):
+        return {_MSGPACK_KEY: obj.to_dict()}
+    return obj if chain is None else chain(obj)
+
+
+def _decode_doc_encoding(obj: Any, chain: Optional[Callable[[Any], Any]] = None) -> Any:
+    if isinstance(obj, dict) and _MSGPACK_KEY in obj:
+        return DocEncoding.from_dict(obj[_MSGPACK_KEY])
+    return obj if chain is None else chain(obj)
+
+
+srsly.msgpack_encoders.register("spacy_bert_pipes_doc_encoding", func=_encode_doc_encoding)
+srsly.msgpack_decoders.register("spacy_bert_pipes_doc_encoding", func=_decode_doc_encoding)

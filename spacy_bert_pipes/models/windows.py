@@ -1,0 +1,109 @@
+"""Windows over long texts and length-sorted packing of windows into batches.
+
+Everything here is plain numpy on wordpiece indices; the vectors themselves are
+handled by the encoder. Conventions:
+
+* A text's *pieces* are its wordpieces without special tokens.
+* A *window* holds at most `size` consecutive pieces; windows overlap by `stride`
+  pieces, so consecutive windows start `size - stride` pieces apart.
+* Each piece is *owned* by the window in which it has the most context on both
+  sides (BERT's SQuAD recipe: max of min(left, right) context, ties to the longer
+  window), so window edges do not decide the vector a piece gets.
+"""
+
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+import numpy
+
+from thinc.types import Ints1d
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The windows of one text and which window owns each piece.
+
+    spans (List[Tuple[int, int]]): (start, end) piece indices of each window.
+    owner (Ints1d): For each piece, the index of its owning window. (n_pieces,)
+    position (Ints1d): For each piece, its index inside the owning window. (n_pieces,)
+    """
+
+    spans: List[Tuple[int, int]]
+    owner: Ints1d
+    position: Ints1d
+
+    @property
+    def single(self) -> bool:
+        """Whether the whole text fits one window (the common, copy-free case)."""
+        return len(self.spans) == 1
+
+
+def window_spans(n_pieces: int, size: int, stride: int) -> List[Tuple[int, int]]:
+    """Split `n_pieces` into windows of at most `size` pieces overlapping by `stride`.
+
+    A text with no pieces still gets one (empty) window, so that every doc has a
+    [CLS] vector.
+    """
+    if size < 1:
+        raise ValueError(f"Window size must be at least 1 wordpiece, got {size}")
+    if not 0 <= stride < size:
+        raise ValueError(f"Stride must be in [0, window size {size}), got {stride}")
+    if n_pieces <= size:
+        return [(0, n_pieces)]
+    step = size - stride
+    spans = []
+    start = 0
+    while True:
+        end = min(start + size, n_pieces)
+        spans.append((start, end))
+        if end == n_pieces:
+            return spans
+        start += step
+
+
+def plan_windows(n_pieces: int, size: int, stride: int) -> WindowPlan:
+    """Choose windows for a text and assign each piece to its max-context window."""
+    spans = window_spans(n_pieces, size, stride)
+    if len(spans) == 1:
+        idx = numpy.arange(n_pieces, dtype="i")
+        return WindowPlan(spans, numpy.zeros(n_pieces, dtype="i"), idx)
+    best = numpy.full(n_pieces, -1.0, dtype="f")
+    owner = numpy.zeros(n_pieces, dtype="i")
+    for w, (start, end) in enumerate(spans):
+        idx = numpy.arange(start, end)
+        # The length term only breaks ties: it stays below 1, one piece of context
+        # (BERT's 0.01 * length outweighs real context once lengths differ by 100+).
+        score = numpy.minimum(idx - start, end - 1 - idx) + (end - start) / (size + 1)
+        better = score > best[start:end]
+        best[start:end][better] = score[better]
+        owner[start:end][better] = w
+    starts = numpy.asarray([s for s, _ in spans], dtype="i")
+    position = numpy.arange(n_pieces, dtype="i") - starts[owner]
+    return WindowPlan(spans, owner, position)
+
+
+def pack_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List[int]]:
+    """Group sequences into batches sorted by length, under a padded-token budget.
+
+    Sorting by length keeps padding small; each batch holds as many sequences as
+    fit in `max_batch_tokens` once padded to its longest member (a single
+    sequence longer than the budget forms a batch of its own).
+
+    lengths (Sequence[int]): The length (in wordpieces, with special tokens) of each sequence.
+    max_batch_tokens (int): Budget of padded tokens per batch.
+    RETURNS (List[List[int]]): Indices into `lengths`, one list per batch.
+    """
+    order = numpy.argsort(-numpy.asarray(lengths, dtype="i"), kind="stable")
+    batches: List[List[int]] = []
+    current: List[int] = []
+    longest = 0
+    for i in order.tolist():
+        length = int(lengths[i])
+        if current and (len(current) + 1) * max(longest, length) > max_batch_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches

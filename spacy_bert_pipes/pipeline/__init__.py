@@ -1,0 +1,1 @@
+"""spaCy components: one module per factory."""

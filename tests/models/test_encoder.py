@@ -1,0 +1,367 @@
+"""The BertEncoder thinc Model, checked against direct Hugging Face forward passes
+of the same tiny random checkpoint."""
+
+import json
+import shutil
+
+import numpy
+import pytest
+import spacy
+import torch
+from numpy.testing import assert_allclose
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+from spacy_bert_pipes.models.encoder import BertEncoder
+from spacy_bert_pipes.models.loaders import HFCheckpoint
+from spacy_bert_pipes.models.types import DocEncodingGrad
+
+SHORT = "Hello world, my card payment did not arrive in Paris!"
+# Out-of-vocabulary words become several wordpieces; no [UNK] in these texts.
+LONG = (
+    "why is my new card not working in london? i was waiting for a transfer of money "
+    "to my bank account, the exchange rate was bad and the refund did not arrive. "
+    "how do i top up cash with apple or google pay in new york, asks john smith."
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and leave the other cores alone."""
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n_threads)
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return spacy.blank("en")
+
+
+@pytest.fixture(scope="module")
+def still_bert(tiny_bert, tmp_path_factory):
+    """The tiny checkpoint without dropout, so training passes are deterministic."""
+    path = tmp_path_factory.mktemp("still_bert")
+    shutil.copytree(tiny_bert, path, dirs_exist_ok=True)
+    config = json.loads((path / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def four_layer_bert(tiny_bert, tmp_path_factory):
+    """A 4-layer variant of the tiny checkpoint (for the last-four-layers options)."""
+    path = tmp_path_factory.mktemp("four_layer_bert")
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_bert)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(1)
+    BertModel(config).save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_bert):
+    model = BertModel.from_pretrained(tiny_bert).eval()
+    return model, BertTokenizerFast.from_pretrained(tiny_bert)
+
+
+def make_encoder(path, **kwargs):
+    encoder = BertEncoder(**kwargs)
+    HFCheckpoint(str(path)).load_encoder(encoder)
+    encoder.initialize()
+    return encoder
+
+
+def reference_windows(n, size, stride):
+    """Windows and max-context owners, computed the slow, obvious way."""
+    spans, start = [], 0
+    while True:
+        spans.append((start, min(start + size, n)))
+        if start + size >= n:
+            break
+        start += size - stride
+    owners = []
+    for i in range(n):
+        candidates = [
+            (min(i - s, e - 1 - i), e - s, -w) for w, (s, e) in enumerate(spans) if s <= i < e
+        ]
+        owners.append(-max(candidates)[2])
+    return spans, owners
+
+
+def hf_window(model, tokenizer, ids, **kwargs):
+    """(length, width) output of one [CLS] ids [SEP] sequence."""
+    full = [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]
+    out = model(
+        input_ids=torch.tensor([full]),
+        token_type_ids=torch.zeros((1, len(full)), dtype=torch.long),
+        **kwargs,
+    )
+    return out
+
+
+def hf_encode(model, tokenizer, text, size, stride):
+    """(cls, wordpieces) of a text by running each window through HF separately."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    spans, owners = reference_windows(len(ids), size, stride)
+    outs = [hf_window(model, tokenizer, ids[s:e]).last_hidden_state[0] for s, e in spans]
+    cls = torch.stack([o[0] for o in outs]).mean(0)
+    rows = [outs[w][1 + i - spans[w][0]] for i, w in enumerate(owners)]
+    wordpieces = torch.stack(rows) if rows else torch.zeros((0, cls.shape[0]))
+    return cls, wordpieces, spans, owners
+
+
+def test_single_window_matches_hf_forward(tiny_bert, hf, nlp):
+    model, tokenizer = hf
+    encoder = make_encoder(tiny_bert)
+    assert encoder.get_dim("nO") == 32
+    (enc,) = encoder.predict([nlp(SHORT)])
+    inputs = tokenizer(SHORT, return_tensors="pt", return_offsets_mapping=True)
+    offsets = inputs.pop("offset_mapping")[0, 1:-1].numpy()
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state[0].numpy()
+    n = inputs["input_ids"].shape[1] - 2
+    assert enc.wordpieces.shape == (n, 32)
+    assert enc.cls.shape == (32,)
+    assert enc.cls.dtype == numpy.float32
+    assert_allclose(enc.cls, expected[0], atol=1e-5)
+    assert_allclose(enc.wordpieces, expected[1:-1], atol=1e-5)
+    assert enc.offsets.tolist() == offsets.tolist()
+
+
+def test_offsets_point_at_the_wordpieces(tiny_bert, hf, nlp):
+    _, tokenizer = hf
+    encoder = make_encoder(tiny_bert)
+    text = "  Zebras pay\tcash in London.  "
+    (enc,) = encoder.predict([nlp(text)])
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    assert "[UNK]" not in pieces
+    assert len(pieces) == len(enc.offsets) == len(enc.wordpieces)
+    for piece, (start, end) in zip(pieces, enc.offsets.tolist()):
+        assert text[start:end].lower() == piece.removeprefix("##")
+
+
+def test_long_text_uses_max_context_windows(tiny_bert, hf, nlp):
+    model, tokenizer = hf
+    encoder = make_encoder(tiny_bert, max_length=16, stride=4)
+    (enc,) = encoder.predict([nlp(LONG)])
+    with torch.no_grad():
+        cls, wordpieces, spans, owners = hf_encode(model, tokenizer, LONG, size=14, stride=4)
+    assert len(spans) >= 4
+    # Some pieces are owned by a later window than the first one holding them.
+    first = [min(w for w, (s, e) in enumerate(spans) if s <= i < e) for i in range(len(owners))]
+    assert owners != first
+    assert enc.wordpieces.shape == tuple(wordpieces.shape)
+    assert_allclose(enc.wordpieces, wordpieces.numpy(), atol=1e-5)
+    assert_allclose(enc.cls, cls.numpy(), atol=1e-5)
+    expected_offsets = tokenizer(LONG, add_special_tokens=False, return_offsets_mapping=True)
+    assert enc.offsets.tolist() == [list(o) for o in expected_offsets["offset_mapping"]]
+
+
+@pytest.mark.parametrize("text", ["", "   ", " \n\t  \n"])
+def test_empty_and_whitespace_texts(tiny_bert, hf, nlp, text):
+    model, tokenizer = hf
+    encoder = make_encoder(tiny_bert)
+    (enc,) = encoder.predict([nlp(text)])
+    assert enc.wordpieces.shape == (0, 32)
+    assert enc.offsets.shape == (0, 2)
+    assert numpy.isfinite(enc.cls).all()
+    with torch.no_grad():
+        expected = hf_window(model, tokenizer, []).last_hidden_state[0, 0].numpy()
+    assert_allclose(enc.cls, expected, atol=1e-5)
+
+
+def test_empty_batch(tiny_bert):
+    encoder = make_encoder(tiny_bert)
+    assert encoder.predict([]) == []
+    encodings, backprop = encoder.begin_update([])
+    assert encodings == []
+    backprop([])
+
+
+def test_packing_does_not_change_results(tiny_bert, nlp):
+    texts = [LONG * 3, "", SHORT, "hello", LONG, "   ", SHORT + " " + LONG]
+    docs = [nlp(text) for text in texts]
+    encoder = make_encoder(tiny_bert, max_length=32, stride=8)
+    expected = [encoder.predict([doc])[0] for doc in docs]
+    for budget in (64, 100, 4096):
+        encoder.attrs["max_batch_tokens"] = budget
+        for enc, exp in zip(encoder.predict(docs), expected):
+            assert_allclose(enc.cls, exp.cls, atol=1e-5)
+            assert enc.wordpieces.shape == exp.wordpieces.shape
+            assert_allclose(enc.wordpieces, exp.wordpieces, atol=1e-5)
+            assert numpy.array_equal(enc.offsets, exp.offsets)
+
+
+def test_very_long_doc(tiny_bert, hf, nlp):
+    _, tokenizer = hf
+    words = LONG.split()
+    text = " ".join(words[i % len(words)] for i in range(5000))
+    encoder = make_encoder(tiny_bert)
+    (enc,) = encoder.predict([nlp(text)])
+    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert n > 5000
+    assert enc.wordpieces.shape == (n, 32)
+    assert numpy.isfinite(enc.wordpieces).all()
+    assert enc.offsets[-1, 1] == len(text)
+
+
+def _torch_params(encoder):
+    return dict(encoder.shims[0].module.transformer.named_parameters())
+
+
+def test_backprop_matches_torch_autograd(still_bert, nlp):
+    """Gradients reaching the transformer equal those of the same loss computed
+    directly in torch, through windows, packing and the merge."""
+    texts = [LONG, SHORT, "", LONG + " " + SHORT]
+    docs = [nlp(text) for text in texts]
+    encoder = make_encoder(still_bert, max_length=16, stride=4, max_batch_tokens=48)
+    encodings, backprop = encoder.begin_update(docs)
+    rng = numpy.random.default_rng(0)
+    d_encodings = []
+    for i, enc in enumerate(encodings):
+        d_cls = rng.normal(size=enc.cls.shape).astype("f")
+        d_pieces = rng.normal(size=enc.wordpieces.shape).astype("f")
+        # Doc 1 only sends a [CLS] gradient, doc 3 only wordpiece gradients.
+        if i == 1:
+            d_pieces = None
+        if i == 3:
+            d_cls = None
+        d_encodings.append(DocEncodingGrad(d_cls=d_cls, d_wordpieces=d_pieces))
+    assert backprop(d_encodings) == []
+
+    model = BertModel.from_pretrained(still_bert)
+    tokenizer = BertTokenizerFast.from_pretrained(still_bert)
+    loss = torch.zeros(())
+    for text, enc, d in zip(texts, encodings, d_encodings):
+        cls, wordpieces, _, _ = hf_encode(model, tokenizer, text, size=14, stride=4)
+        assert_allclose(enc.cls, cls.detach().numpy(), atol=1e-5)
+        assert_allclose(enc.wordpieces, wordpieces.detach().numpy(), atol=1e-5)
+        if d.d_cls is not None:
+            loss = loss + (cls * torch.from_numpy(d.d_cls)).sum()
+        if d.d_wordpieces is not None:
+            loss = loss + (wordpieces * torch.from_numpy(d.d_wordpieces)).sum()
+    loss.backward()
+
+    params = _torch_params(encoder)
+    n_checked = 0
+    for name, ref in model.named_parameters():
+        got = params[name].grad
+        if ref.grad is None:  # the pooler is not part of the output
+            assert got is None or not got.any(), name
+            continue
+        assert got is not None, name
+        assert_allclose(got.numpy(), ref.grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=name)
+        n_checked += 1
+    assert n_checked > 10
+    assert params["embeddings.word_embeddings.weight"].grad.abs().sum() > 0
+
+
+def test_frozen_all_gives_no_gradients(tiny_bert, nlp):
+    encoder = make_encoder(tiny_bert, frozen_layers="all")
+    assert not any(p.requires_grad for p in _torch_params(encoder).values())
+    encodings, backprop = encoder.begin_update([nlp(SHORT), nlp(LONG)])
+    grads = [
+        DocEncodingGrad(d_cls=numpy.ones_like(e.cls), d_wordpieces=numpy.ones_like(e.wordpieces))
+        for e in encodings
+    ]
+    assert backprop(grads) == []
+    assert all(p.grad is None for p in _torch_params(encoder).values())
+
+
+def test_frozen_layers_freezes_embeddings_and_bottom_layers(tiny_bert, nlp):
+    encoder = make_encoder(tiny_bert, frozen_layers=1)
+    params = _torch_params(encoder)
+    for name, param in params.items():
+        frozen = name.startswith(("embeddings.", "encoder.layer.0."))
+        assert param.requires_grad is not frozen, name
+    encodings, backprop = encoder.begin_update([nlp(SHORT)])
+    backprop([DocEncodingGrad(d_wordpieces=numpy.ones_like(encodings[0].wordpieces))])
+    for name, param in params.items():
+        if name.startswith(("embeddings.", "encoder.layer.0.")):
+            assert param.grad is None, name
+        elif name.startswith("encoder.layer.1."):
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("frozen_layers", [3, -1, "some"])
+def test_invalid_frozen_layers(tiny_bert, frozen_layers):
+    encoder = BertEncoder(frozen_layers=frozen_layers)
+    with pytest.raises(ValueError, match="frozen_layers"):
+        HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+
+
+def _last_four(four_layer_bert, text):
+    model = BertModel.from_pretrained(four_layer_bert).eval()
+    tokenizer = BertTokenizerFast.from_pretrained(four_layer_bert)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        states = hf_window(model, tokenizer, ids, output_hidden_states=True).hidden_states
+    assert len(states) == 5  # embeddings + 4 layers
+    return [s[0].numpy() for s in states[1:]]
+
+
+def test_sum_last_four(four_layer_bert, nlp):
+    encoder = make_encoder(four_layer_bert, max_length=64, hidden_layers="sum_last_four")
+    assert encoder.get_dim("nO") == 32
+    (enc,) = encoder.predict([nlp(SHORT)])
+    expected = numpy.sum(_last_four(four_layer_bert, SHORT), axis=0)
+    assert_allclose(enc.cls, expected[0], atol=1e-4)
+    assert_allclose(enc.wordpieces, expected[1:-1], atol=1e-4)
+
+
+def test_concat_last_four(four_layer_bert, nlp):
+    encoder = make_encoder(four_layer_bert, max_length=64, hidden_layers="concat_last_four")
+    assert encoder.get_dim("nO") == 128
+    (enc,) = encoder.predict([nlp(SHORT)])
+    expected = numpy.concatenate(_last_four(four_layer_bert, SHORT), axis=-1)
+    assert enc.cls.shape == (128,)
+    assert_allclose(enc.cls, expected[0], atol=1e-5)
+    assert_allclose(enc.wordpieces, expected[1:-1], atol=1e-5)
+
+
+@pytest.mark.parametrize("hidden_layers", ["sum_last_four", "concat_last_four"])
+def test_last_four_needs_four_layers(tiny_bert, hidden_layers):
+    encoder = BertEncoder(hidden_layers=hidden_layers)
+    with pytest.raises(ValueError, match="4 layers"):
+        HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+        encoder.initialize()
+
+
+def test_max_length_above_position_limit(tiny_bert, nlp):
+    encoder = BertEncoder(max_length=129)
+    HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+    with pytest.raises(ValueError, match="max_length=129 exceeds .* 128"):
+        encoder.initialize()
+    # The limit itself is fine, also for windows that use every position.
+    encoder = make_encoder(tiny_bert, max_length=128, stride=16)
+    (enc,) = encoder.predict([nlp(LONG * 4)])
+    assert numpy.isfinite(enc.wordpieces).all()
+
+
+@pytest.mark.parametrize("max_length,stride", [(16, 14), (16, 20), (16, -1), (2, 0), (0, 0)])
+def test_invalid_window_settings_raise_at_build(max_length, stride):
+    with pytest.raises(ValueError):
+        BertEncoder(max_length=max_length, stride=stride)
+
+
+def test_bf16_is_close_to_fp32(tiny_bert, nlp):
+    docs = [nlp(SHORT), nlp(LONG)]
+    fp32 = make_encoder(tiny_bert, max_length=32, stride=8).predict(docs)
+    bf16 = make_encoder(tiny_bert, max_length=32, stride=8, precision="bf16").predict(docs)
+    for a, b in zip(fp32, bf16):
+        assert b.cls.dtype == numpy.float32 and b.wordpieces.dtype == numpy.float32
+        assert_allclose(b.cls, a.cls, atol=0.15)
+        assert_allclose(b.wordpieces, a.wordpieces, atol=0.15)
+        # bf16 really ran: the outputs are close but not identical.
+        assert not numpy.array_equal(b.wordpieces, a.wordpieces)

@@ -1,0 +1,208 @@
+"""Task heads: pooling, activations, the output layer and the composed TextCatModel."""
+
+import numpy
+import pytest
+import spacy
+import torch
+from numpy.testing import assert_allclose
+from thinc.api import Adam, NumpyOps
+
+from spacy_bert_pipes.models.encoder import BertEncoder
+from spacy_bert_pipes.models.heads import (
+    TextCatModel,
+    activation,
+    cls_pooling,
+    logits_output,
+    mean_pooling,
+)
+from spacy_bert_pipes.models.loaders import HFCheckpoint
+from spacy_bert_pipes.models.types import DocEncoding
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and leave the other cores alone."""
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n_threads)
+
+
+def make_encodings(n_pieces, width=5, seed=0):
+    rng = numpy.random.default_rng(seed)
+    return [
+        DocEncoding(
+            cls=rng.normal(size=(width,)).astype("f"),
+            wordpieces=rng.normal(size=(n, width)).astype("f"),
+            offsets=numpy.zeros((n, 2), dtype="i"),
+        )
+        for n in n_pieces
+    ]
+
+
+def test_cls_pooling():
+    encodings = make_encodings([3, 0, 7])
+    model = cls_pooling()
+    X, backprop = model.begin_update(encodings)
+    assert X.shape == (3, 5)
+    assert_allclose(X, numpy.stack([e.cls for e in encodings]))
+    dX = numpy.arange(15, dtype="f").reshape((3, 5))
+    grads = backprop(dX)
+    assert len(grads) == 3
+    for i, grad in enumerate(grads):
+        assert_allclose(grad.d_cls, dX[i])
+        assert grad.d_wordpieces is None
+
+
+def test_mean_pooling():
+    encodings = make_encodings([3, 0, 7])
+    model = mean_pooling()
+    X, backprop = model.begin_update(encodings)
+    assert X.shape == (3, 5)
+    assert_allclose(X[0], encodings[0].wordpieces.mean(0), rtol=1e-6)
+    assert_allclose(X[1], encodings[1].cls)  # no wordpieces: fall back to [CLS]
+    assert_allclose(X[2], encodings[2].wordpieces.mean(0), rtol=1e-6)
+    dX = numpy.arange(1, 16, dtype="f").reshape((3, 5))
+    grads = backprop(dX)
+    for i in (0, 2):
+        n = len(encodings[i].wordpieces)
+        assert grads[i].d_cls is None
+        assert grads[i].d_wordpieces.shape == (n, 5)
+        # Each wordpiece gets d/n: the mean's gradient.
+        assert_allclose(grads[i].d_wordpieces, numpy.tile(dX[i] / n, (n, 1)), rtol=1e-6)
+    assert grads[1].d_wordpieces is None
+    assert_allclose(grads[1].d_cls, dX[1])
+
+
+@pytest.mark.parametrize("pool", [cls_pooling, mean_pooling])
+def test_pooling_empty_batch(pool):
+    X, backprop = pool().begin_update([])
+    assert X.shape[0] == 0
+    assert backprop(X) == []
+
+
+def _reference(name, X):
+    x = torch.from_numpy(X.astype("float64"))
+    functions = {
+        "tanh": torch.tanh,
+        "relu": torch.relu,
+        "gelu": torch.nn.functional.gelu,  # erf form
+        "none": lambda t: t,
+    }
+    return functions[name](x).numpy()
+
+
+@pytest.mark.parametrize("name", ["tanh", "relu", "gelu", "none"])
+def test_activation_forward_and_finite_differences(name):
+    rng = numpy.random.default_rng(0)
+    X = rng.uniform(-3, 3, size=(4, 6)).astype("f")
+    X[numpy.abs(X) < 0.1] = 0.5  # away from relu's kink
+    model = activation(name)
+    model.ops = NumpyOps()
+    Y, backprop = model.begin_update(X.copy())
+    assert_allclose(Y, _reference(name, X), atol=1e-5)
+    dY = rng.normal(size=X.shape).astype("f")
+    dX = backprop(dY)
+    eps = 1e-3
+    X64 = X.astype("float64")
+    numeric = (_reference(name, X64 + eps) - _reference(name, X64 - eps)) / (2 * eps) * dY
+    assert_allclose(dX, numeric, rtol=1e-3, atol=1e-4)
+    if name != "none":
+        assert not numpy.allclose(dX, dY)
+
+
+def _output_layer(exclusive, W, b):
+    model = logits_output(exclusive)
+    model.initialize(X=numpy.zeros((1, W.shape[1]), "f"), Y=numpy.zeros((1, W.shape[0]), "f"))
+    assert model.get_dim("nI") == W.shape[1] and model.get_dim("nO") == W.shape[0]
+    model.set_param("W", W)
+    model.set_param("b", b)
+    return model
+
+
+def test_logits_output_softmax_and_backprop():
+    rng = numpy.random.default_rng(1)
+    W = rng.normal(size=(3, 4)).astype("f")
+    b = rng.normal(size=(3,)).astype("f")
+    X = rng.normal(size=(5, 4)).astype("f")
+    model = _output_layer(True, W, b)
+    Y, backprop = model.begin_update(X)
+    logits = X @ W.T + b
+    expected = numpy.exp(logits) / numpy.exp(logits).sum(1, keepdims=True)
+    assert_allclose(Y, expected, rtol=1e-5)
+    assert_allclose(Y.sum(1), numpy.ones(5), rtol=1e-6)
+    d_logits = rng.normal(size=(5, 3)).astype("f")
+    dX = backprop(d_logits)
+    assert_allclose(dX, d_logits @ W, rtol=1e-5, atol=1e-6)
+    assert_allclose(model.get_grad("W"), d_logits.T @ X, rtol=1e-5, atol=1e-6)
+    assert_allclose(model.get_grad("b"), d_logits.sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_logits_output_sigmoid():
+    rng = numpy.random.default_rng(2)
+    W = rng.normal(size=(3, 4)).astype("f")
+    b = rng.normal(size=(3,)).astype("f")
+    X = rng.normal(size=(5, 4)).astype("f")
+    model = _output_layer(False, W, b)
+    assert model.name == "sigmoid_output"
+    Y = model.predict(X)
+    assert_allclose(Y, 1 / (1 + numpy.exp(-(X @ W.T + b))), rtol=1e-5)
+    assert ((Y > 0) & (Y < 1)).all()
+    assert not numpy.allclose(Y.sum(1), 1.0)
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return spacy.blank("en")
+
+
+TEXTS = ["my card did not arrive", "the exchange rate is bad", "hello world", ""]
+TRUTH = numpy.asarray([[1, 0], [0, 1], [1, 0], [0, 1]], dtype="f")
+
+
+def make_textcat(tiny_bert, **kwargs):
+    encoder = BertEncoder(max_length=16, stride=4)
+    HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+    model = TextCatModel(encoder, **kwargs)
+    model.initialize(Y=TRUTH)
+    return model
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("pooler_activation", ["none", "tanh"])
+def test_textcat_model_predicts_distributions(tiny_bert, nlp, pooling, pooler_activation):
+    model = make_textcat(tiny_bert, pooling=pooling, pooler_activation=pooler_activation)
+    assert model.get_dim("nO") == 2
+    assert model.get_ref("output").get_dim("nI") == 32
+    assert model.has_ref("pooler") is (pooler_activation != "none")
+    scores = model.predict([nlp(text) for text in TEXTS])
+    assert scores.shape == (4, 2)
+    assert_allclose(scores.sum(1), numpy.ones(4), rtol=1e-5)
+
+
+def test_textcat_model_multilabel(tiny_bert, nlp):
+    model = make_textcat(tiny_bert, exclusive_classes=False)
+    model.get_ref("output").set_param("b", numpy.asarray([1.0, 2.0], dtype="f"))
+    scores = model.predict([nlp(text) for text in TEXTS])
+    assert ((scores > 0) & (scores < 1)).all()
+    assert not numpy.allclose(scores.sum(1), 1.0)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_textcat_model_overfits(tiny_bert, nlp, pooling):
+    """Gradients flow from the output layer through pooling into the transformer."""
+    torch.manual_seed(0)  # the checkpoint's own dropout
+    model = make_textcat(tiny_bert, pooling=pooling, pooler_activation="tanh", dropout=0.0)
+    docs = [nlp(text) for text in TEXTS]
+    optimizer = Adam(0.005)
+    transformer = model.get_ref("encoder").shims[0].module.transformer
+    embeddings = transformer.embeddings.word_embeddings.weight.detach().clone()
+    losses = []
+    for _ in range(25):
+        scores, backprop = model.begin_update(docs)
+        losses.append(float(-(TRUTH * numpy.log(scores + 1e-8)).sum()))
+        backprop(scores - TRUTH)
+        model.finish_update(optimizer)
+    assert losses[-1] < 0.25 * losses[0]
+    assert not torch.equal(transformer.embeddings.word_embeddings.weight, embeddings)
+    assert (model.predict(docs).argmax(1) == TRUTH.argmax(1)).all()

@@ -1,0 +1,205 @@
+"""The torch side of the encoder: serialization without pickle, train/predict modes,
+parameter updates and the errors of an encoder without weights."""
+
+import json
+import pickle
+from unittest import mock
+
+import numpy
+import pytest
+import spacy
+import srsly
+import torch
+from safetensors.torch import load as load_safetensors
+from thinc.api import Adam
+from transformers import BertModel, BertTokenizer
+
+from spacy_bert_pipes.models.encoder import BertEncoder
+from spacy_bert_pipes.models.hf_shim import HFShim, TransformerModule
+from spacy_bert_pipes.models.loaders import HFCheckpoint
+from spacy_bert_pipes.models.types import DocEncodingGrad
+
+TEXTS = ["Hello world, my card did not arrive.", "", "why is my transfer still waiting? " * 6]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and leave the other cores alone."""
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n_threads)
+
+
+@pytest.fixture(scope="module")
+def docs():
+    nlp = spacy.blank("en")
+    return [nlp(text) for text in TEXTS]
+
+
+def make_encoder(path, **kwargs):
+    encoder = BertEncoder(**kwargs)
+    HFCheckpoint(str(path)).load_encoder(encoder)
+    encoder.initialize()
+    return encoder
+
+
+def assert_same_encodings(encodings1, encodings2):
+    assert len(encodings1) == len(encodings2)
+    for a, b in zip(encodings1, encodings2):
+        assert numpy.array_equal(a.cls, b.cls)
+        assert numpy.array_equal(a.wordpieces, b.wordpieces)
+        assert numpy.array_equal(a.offsets, b.offsets)
+
+
+def test_bytes_round_trip_gives_identical_outputs(tiny_bert, docs):
+    encoder = make_encoder(tiny_bert, max_length=16, stride=4)
+    data = encoder.to_bytes()
+    # Loading uses neither pickle nor torch.load.
+    forbidden = mock.Mock(side_effect=AssertionError("pickle used"))
+    with (
+        mock.patch.object(pickle, "loads", forbidden),
+        mock.patch.object(pickle, "load", forbidden),
+        mock.patch.object(torch, "load", forbidden),
+    ):
+        restored = BertEncoder(max_length=16, stride=4).from_bytes(data)
+    assert forbidden.call_count == 0
+    assert restored.shims[0].is_loaded
+    assert restored.get_dim("nO") == 32
+    assert restored.attrs["source"] == str(tiny_bert)
+    assert_same_encodings(restored.predict(docs), encoder.predict(docs))
+    # And again, from the restored copy.
+    again = BertEncoder(max_length=16, stride=4).from_bytes(restored.to_bytes())
+    assert_same_encodings(again.predict(docs), encoder.predict(docs))
+
+
+def test_shim_bytes_hold_config_tokenizer_and_safetensors(tiny_bert):
+    encoder = make_encoder(tiny_bert)
+    shim = encoder.shims[0]
+    msg = srsly.msgpack_loads(shim.to_bytes())
+    assert set(msg) == {"loaded", "config", "tokenizer", "weights"}
+    assert msg["loaded"] is True
+    config = json.loads(msg["config"])
+    assert config["model_type"] == "bert"
+    assert config["num_hidden_layers"] == 2
+    assert "tokenizer.json" in msg["tokenizer"]
+    assert all(isinstance(data, bytes) for data in msg["tokenizer"].values())
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in msg["tokenizer"])
+    weights = load_safetensors(msg["weights"])
+    state = shim.module.transformer.state_dict()
+    assert set(weights) == set(state)
+    for name, tensor in state.items():
+        assert torch.equal(weights[name], tensor), name
+
+
+def test_trained_weights_survive_round_trip(tiny_bert, docs):
+    """Saving after an update keeps the updated weights, not the checkpoint's."""
+    encoder = make_encoder(tiny_bert)
+    before = encoder.predict(docs)
+    encodings, backprop = encoder.begin_update(docs)
+    backprop([DocEncodingGrad(d_cls=numpy.ones_like(e.cls)) for e in encodings])
+    encoder.finish_update(Adam(0.01))
+    after = encoder.predict(docs)
+    assert not numpy.allclose(after[0].cls, before[0].cls)
+    restored = BertEncoder().from_bytes(encoder.to_bytes())
+    assert_same_encodings(restored.predict(docs), after)
+
+
+def test_frozen_layers_apply_after_from_bytes(tiny_bert):
+    data = make_encoder(tiny_bert).to_bytes()
+    restored = BertEncoder(frozen_layers=1).from_bytes(data)
+    params = dict(restored.shims[0].module.transformer.named_parameters())
+    for name, param in params.items():
+        frozen = name.startswith(("embeddings.", "encoder.layer.0."))
+        assert param.requires_grad is not frozen, name
+
+
+def test_unloaded_encoder_round_trips_as_unloaded():
+    data = BertEncoder().to_bytes()
+    restored = BertEncoder().from_bytes(data)
+    assert not restored.shims[0].is_loaded
+    assert srsly.msgpack_loads(HFShim().to_bytes()) == {"loaded": False}
+
+
+def test_unloaded_bytes_empty_a_loaded_shim(tiny_bert):
+    shim = make_encoder(tiny_bert).shims[0]
+    shim.from_bytes(HFShim().to_bytes())
+    assert not shim.is_loaded
+    with pytest.raises(ValueError, match="initialize"):
+        shim.tokenizer  # noqa: B018
+
+
+def test_unloaded_encoder_raises_clear_error(docs):
+    encoder = BertEncoder()
+    with pytest.raises(ValueError, match="initialize"):
+        encoder.initialize()
+    with pytest.raises(ValueError, match="initialize"):
+        encoder.predict(docs)
+    with pytest.raises(ValueError, match="initialize"):
+        encoder.begin_update(docs)
+
+
+def test_predict_is_deterministic_after_training_mode(tiny_bert, docs):
+    """The checkpoint has dropout: predict must switch it off, training must not."""
+    encoder = make_encoder(tiny_bert)
+    expected = encoder.predict(docs)
+    encodings, _ = encoder.begin_update(docs)
+    assert encoder.shims[0].module.training
+    assert not numpy.allclose(encodings[0].wordpieces, expected[0].wordpieces)
+    assert_same_encodings(encoder.predict(docs), expected)
+    assert encoder.shims[0].module.training  # predict restores the mode it found
+
+
+def test_finish_update_changes_only_trainable_weights(tiny_bert, docs):
+    encoder = make_encoder(tiny_bert, frozen_layers=1)
+    params = dict(encoder.shims[0].module.transformer.named_parameters())
+    before = {name: p.detach().clone() for name, p in params.items()}
+    encodings, backprop = encoder.begin_update(docs)
+    ones = numpy.ones_like
+    backprop([DocEncodingGrad(ones(e.cls), ones(e.wordpieces)) for e in encodings])
+    encoder.finish_update(Adam(0.01))
+    for name, param in params.items():
+        assert param.grad is None, name  # gradients are consumed
+        changed = not torch.equal(param.detach(), before[name])
+        if name.startswith(("embeddings.", "encoder.layer.0.", "pooler.")):
+            assert not changed, name  # frozen, or no gradient (pooler)
+        else:
+            assert changed, name
+
+
+def test_use_params_swaps_in_averages_and_restores(tiny_bert, docs):
+    encoder = make_encoder(tiny_bert)
+    optimizer = Adam(0.01, use_averages=True)
+    for _ in range(2):
+        encodings, backprop = encoder.begin_update(docs)
+        backprop([DocEncodingGrad(d_cls=numpy.ones_like(e.cls)) for e in encodings])
+        encoder.finish_update(optimizer)
+    current = encoder.predict(docs)
+    with encoder.use_params(optimizer.averages):
+        averaged = encoder.predict(docs)
+    assert not numpy.allclose(averaged[0].cls, current[0].cls)
+    assert_same_encodings(encoder.predict(docs), current)
+
+
+def test_slow_tokenizer_is_refused(tiny_bert):
+    model = BertModel.from_pretrained(tiny_bert)
+    tokenizer = BertTokenizer.from_pretrained(tiny_bert)
+    with pytest.raises(ValueError, match="fast tokenizer"):
+        HFShim().load(model, tokenizer)
+
+
+@pytest.mark.parametrize("kwargs", [{"hidden_layers": "first"}, {"precision": "fp8"}])
+def test_transformer_module_rejects_unknown_options(tiny_bert, kwargs):
+    model = BertModel.from_pretrained(tiny_bert)
+    options = {"hidden_layers": "last", "precision": "fp32", **kwargs}
+    with pytest.raises(ValueError, match=list(kwargs)[0]):
+        TransformerModule(model, **options)
+
+
+def test_to_device(tiny_bert):
+    shim = make_encoder(tiny_bert).shims[0]
+    shim.to_device("cpu", 0)
+    assert shim.device.type == "cpu"
+    with pytest.raises(ValueError, match="device_type"):
+        shim.to_device("tpu", 0)
+    HFShim().to_device("cpu", 0)  # nothing to move yet

@@ -1,0 +1,100 @@
+"""bert_encoder shared by listening heads: one encoder pass, trainable, persistent."""
+
+from pathlib import Path
+
+import pytest
+import spacy
+from conftest import SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from spacy.language import Language
+from spacy_bert_pipes.models import encoder as encoder_module
+
+LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
+
+
+def shared_nlp(tiny_bert: Path) -> Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": LISTENER}})
+    nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+    return nlp
+
+
+def test_listener_is_linked(tiny_bert: Path) -> None:
+    nlp = shared_nlp(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    encoder = nlp.get_pipe("bert_encoder")
+    assert encoder.listening_components == ["bert_textcat"]
+    assert len(encoder.listeners) == 1
+
+
+def test_shared_encoder_trains_and_runs_once_per_batch(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nlp = shared_nlp(tiny_bert)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    calls = []
+    original = encoder_module.run_windows
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(encoder_module, "run_windows", counting)
+    for _ in range(60):
+        nlp.update(examples, sgd=optimizer)
+    assert len(calls) == 60
+    calls.clear()
+    docs = list(nlp.pipe([t for t, _ in TRAIN_TEXTS], batch_size=len(TRAIN_TEXTS)))
+    assert len(calls) == 1
+    for doc, (_, gold) in zip(docs, TRAIN_TEXTS):
+        assert max(doc.cats, key=doc.cats.get) == gold
+        assert doc._.bert_encoding is not None
+
+
+def test_missing_upstream_output_is_a_clear_error(tiny_bert: Path) -> None:
+    nlp = shared_nlp(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    with nlp.select_pipes(disable=["bert_encoder"]):
+        with pytest.raises(ValueError, match="bert_encoder"):
+            nlp("hello world")
+
+
+def test_shared_pipeline_round_trip_and_two_processes(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = shared_nlp(tiny_bert)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    texts = [t for t, _ in TRAIN_TEXTS] + ["", "word " * 100]
+    before = [doc.cats for doc in nlp.pipe(texts)]
+    nlp.to_disk(tmp_path / "shared")
+    loaded = spacy.load(tmp_path / "shared")
+    assert loaded.get_pipe("bert_encoder").listening_components == ["bert_textcat"]
+    after = [doc.cats for doc in loaded.pipe(texts)]
+    two = [doc.cats for doc in loaded.pipe(texts, n_process=2, batch_size=3)]
+    for a, b, c in zip(before, after, two):
+        for label in a:
+            assert b[label] == pytest.approx(a[label], abs=1e-6)
+            assert c[label] == pytest.approx(a[label], abs=1e-6)
+
+
+def test_shared_equals_standalone_with_same_weights(tiny_bert: Path) -> None:
+    """Untrained heads aside, a listener sees exactly what its own encoder would."""
+    shared = shared_nlp(tiny_bert)
+    shared.initialize(lambda: textcat_examples(shared))
+    standalone = spacy.blank("en")
+    standalone.add_pipe("bert_textcat", config={"model": {"encoder": SMALL_ENCODER}})
+    standalone.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    standalone.initialize(lambda: textcat_examples(standalone))
+    head = shared.get_pipe("bert_textcat").model.get_ref("output")
+    other = standalone.get_pipe("bert_textcat").model.get_ref("output")
+    rng = __import__("numpy").random.default_rng(0)
+    W = rng.normal(size=head.get_param("W").shape).astype("f")
+    head.set_param("W", W.copy())
+    other.set_param("W", W.copy())
+    for text in ["my card", "exchange rate " * 20, ""]:
+        a, b = shared(text).cats, standalone(text).cats
+        for label in a:
+            assert a[label] == pytest.approx(b[label], abs=1e-5)
