@@ -1,6 +1,6 @@
 """Run a command and record its wall-clock time as JSON.
 
-    python scripts/timed.py OUTPUT.json -- COMMAND [ARGS...]
+python scripts/timed.py OUTPUT.json -- COMMAND [ARGS...]
 """
 
 import json

@@ -16,8 +16,8 @@ def test_there_are_configs() -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_config_builds_and_initializes(path: Path, tiny_bert: Path) -> None:
-    config = load_config(path, overrides={"paths.encoder": str(tiny_bert)}, interpolate=False)
-    for name, component in config["components"].items():
+    config = load_config(path, overrides={"paths.encoder": str(tiny_bert)}, interpolate=True)
+    for _name, component in config["components"].items():
         encoder = component.get("model", {}).get("encoder", component.get("model", {}))
         if encoder.get("@architectures") == "spacy-bert-pipes.BertEncoder.v1":
             encoder.update(SMALL_ENCODER)

@@ -11,7 +11,18 @@ The backward pass scatters the heads' gradients back into the batches.
 """
 
 from dataclasses import dataclass
-from typing import Any, Callable, List, Literal, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import numpy
 from spacy.tokens import Doc
@@ -21,6 +32,9 @@ from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
 
 from .types import DocEncoding, DocEncodingGrad
 from .windows import WindowPlan, pack_batches, plan_windows
+
+if TYPE_CHECKING:  # torch is imported only when an encoder is built
+    from .hf_shim import HFShim
 
 
 @dataclass
@@ -80,8 +94,13 @@ def BertEncoder(
     )
 
 
+def hf_shim(encoder: Model) -> "HFShim":
+    """The HFShim holding the encoder's transformer and tokenizer."""
+    return cast("HFShim", encoder.shims[0])
+
+
 def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[Any] = None) -> None:
-    shim = model.shims[0]
+    shim = hf_shim(model)
     module = shim.module  # raises a clear error when no loader ran
     limit = module.max_positions
     if model.attrs["max_length"] > limit:
@@ -93,12 +112,12 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[Any] = None) -
 
 
 def is_loaded(encoder: Model) -> bool:
-    return encoder.shims[0].is_loaded
+    return hf_shim(encoder).is_loaded
 
 
 def tokenize(encoder: Model, texts: Sequence[str]) -> List[Pieces]:
     """Wordpieces and character offsets of each text (one tokenizer call per batch)."""
-    tokenizer = encoder.shims[0].tokenizer
+    tokenizer = hf_shim(encoder).tokenizer
     if not texts:  # the fast tokenizer fails on an empty batch
         return []
     encoded = tokenizer(
@@ -113,8 +132,8 @@ def tokenize(encoder: Model, texts: Sequence[str]) -> List[Pieces]:
     for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"]):
         out.append(
             Pieces(
-                numpy.asarray(ids, dtype="i"),
-                numpy.asarray(offsets, dtype="i").reshape((-1, 2)),
+                cast(Ints1d, numpy.asarray(ids, dtype="i")),
+                cast(Ints2d, numpy.asarray(offsets, dtype="i").reshape((-1, 2))),
             )
         )
     return out
@@ -122,7 +141,7 @@ def tokenize(encoder: Model, texts: Sequence[str]) -> List[Pieces]:
 
 def special_ids(encoder: Model) -> Tuple[int, int, int]:
     """(cls, sep, pad) token ids of the encoder's tokenizer."""
-    tok = encoder.shims[0].tokenizer
+    tok = hf_shim(encoder).tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     return int(tok.cls_token_id), int(tok.sep_token_id), int(pad)
 
@@ -138,7 +157,7 @@ def run_windows(
     RETURNS: one (length, width) array per window, views into the batch outputs,
     and a callback taking one gradient (or None) per window.
     """
-    shim = encoder.shims[0]
+    shim = hf_shim(encoder)
     xp = encoder.ops.xp
     pad = special_ids(encoder)[2]
     lengths = [len(ids) for ids, _ in windows]
@@ -167,8 +186,9 @@ def run_windows(
                 continue
             d_hidden: Floats3d = xp.zeros(shape, dtype="f")
             for row, i in enumerate(batch):
-                if d_windows[i] is not None:
-                    d_hidden[row, : lengths[i]] = d_windows[i]
+                d_window = d_windows[i]
+                if d_window is not None:
+                    d_hidden[row, : lengths[i]] = d_window
             backprop(d_hidden)
 
     return outputs, backprop_windows
@@ -190,8 +210,9 @@ def forward(
         plans.append(plan)
         first_window.append(len(windows))
         for start, end in plan.spans:
-            ids = numpy.concatenate(([cls_id], doc_pieces.ids[start:end], [sep_id])).astype("i")
-            windows.append((ids, numpy.zeros(len(ids), dtype="i")))
+            body = cast(numpy.ndarray, doc_pieces.ids[start:end])
+            ids = cast(Ints1d, numpy.concatenate(([cls_id], body, [sep_id])).astype("i"))
+            windows.append((ids, cast(Ints1d, numpy.zeros(len(ids), dtype="i"))))
     hidden, backprop_windows = run_windows(model, windows, is_train)
 
     encodings = []
@@ -202,13 +223,13 @@ def forward(
             wordpieces = doc_hidden[0][1 : 1 + len(doc_pieces.ids)]
         else:
             # +1 skips the window's [CLS]
-            stacked = xp.concatenate([h[None, 1 : 1 + size] for h in _padded(xp, doc_hidden, size)])
+            stacked = xp.stack([h[1 : 1 + size] for h in _padded(xp, doc_hidden, size)])
             wordpieces = stacked[xp.asarray(plan.owner), xp.asarray(plan.position)]
         encodings.append(DocEncoding(cls=cls, wordpieces=wordpieces, offsets=doc_pieces.offsets))
 
     def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
         d_windows: List[Optional[Floats2d]] = [None] * len(windows)
-        for d_enc, plan, w0, doc_pieces in zip(d_encodings, plans, first_window, pieces):
+        for d_enc, plan, w0, _doc_pieces in zip(d_encodings, plans, first_window, pieces):
             if d_enc.d_cls is None and d_enc.d_wordpieces is None:
                 continue
             n_win = len(plan.spans)
@@ -218,7 +239,7 @@ def forward(
                     g[0] += d_enc.d_cls / n_win
             if d_enc.d_wordpieces is not None:
                 for w in range(n_win):
-                    own = numpy.nonzero(plan.owner == w)[0]
+                    own = cast(Ints1d, numpy.nonzero(plan.owner == w)[0])
                     g = grads[w]
                     g[1 + plan.position[own]] += d_enc.d_wordpieces[own]
             for w in range(n_win):

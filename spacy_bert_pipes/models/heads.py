@@ -2,12 +2,12 @@
 thinc Model, composed with `chain`; widths are inferred in `init`.
 """
 
-from typing import Any, Callable, List, Literal, Optional, Tuple
+from typing import Any, Callable, List, Literal, Optional, Tuple, cast
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Dropout, Linear, Model, chain
-from thinc.types import Floats2d
+from thinc.api import Dropout, Linear, Model, chain, glorot_uniform_init
+from thinc.types import Floats1d, Floats2d
 
 from .types import DocEncoding, DocEncodingGrad
 
@@ -100,7 +100,7 @@ def mean_pooling() -> Model[List[DocEncoding], Floats2d]:
     ) -> Tuple[Floats2d, Callable]:
         xp = model.ops.xp
         rows = [
-            enc.wordpieces.mean(0) if len(enc.wordpieces) else enc.cls for enc in encodings
+            enc.wordpieces.mean(axis=0) if len(enc.wordpieces) else enc.cls for enc in encodings
         ]
         X = xp.stack(rows) if rows else xp.zeros((0, 0), "f")
 
@@ -147,8 +147,8 @@ def logits_output(exclusive: bool, nO: Optional[int] = None) -> Model[Floats2d, 
     """
 
     def forward(model: Model, X: Floats2d, is_train: bool) -> Tuple[Floats2d, Callable]:
-        W = model.get_param("W")  # (nO, nI)
-        b = model.get_param("b")  # (nO,)
+        W = cast(Floats2d, model.get_param("W"))  # (nO, nI)
+        b = cast(Floats1d, model.get_param("b"))  # (nO,)
         logits = model.ops.affine(X, W, b)  # (batch, nO)
         Y = model.ops.softmax(logits) if exclusive else model.ops.sigmoid(logits)
 
@@ -165,7 +165,7 @@ def logits_output(exclusive: bool, nO: Optional[int] = None) -> Model[Floats2d, 
         if Y is not None:
             model.set_dim("nO", Y.shape[1], force=True)
         nO_, nI_ = model.get_dim("nO"), model.get_dim("nI")
-        model.set_param("W", model.ops.alloc2f(nO_, nI_))
+        model.set_param("W", glorot_uniform_init(model.ops, (nO_, nI_)))
         model.set_param("b", model.ops.alloc1f(nO_))
 
     return Model(

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union, cast
 
 import srsly
 import torch
@@ -20,7 +20,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from thinc.api import Optimizer, Shim, get_torch_default_device, torch2xp, xp2torch
 from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
-
+from thinc.types import FloatsXd
 
 
 def _one_thread_after_fork() -> None:
@@ -87,12 +87,13 @@ class TransformerModule(torch.nn.Module):
 
     @property
     def width(self) -> int:
-        hidden = int(self.transformer.config.hidden_size)
+        config: Any = self.transformer.config  # a transformers PretrainedConfig
+        hidden = int(config.hidden_size)
         return hidden * 4 if self.hidden_layers == "concat_last_four" else hidden
 
     @property
     def max_positions(self) -> int:
-        config = self.transformer.config
+        config: Any = self.transformer.config
         limit = int(getattr(config, "max_position_embeddings", 512))
         # RoBERTa-style models reserve positions for padding_idx + 1.
         if config.model_type in ("roberta", "xlm-roberta", "camembert", "longformer"):
@@ -183,6 +184,8 @@ class HFShim(Shim):
     The shim is empty until a loader calls `load` (in `initialize`) or until
     `from_bytes` restores it from a saved pipeline.
     """
+
+    _model: Optional[TransformerModule]
 
     def __init__(
         self,
@@ -280,9 +283,9 @@ class HFShim(Shim):
             if param.grad is None:
                 continue
             if not skip:
-                data, _ = optimizer(
-                    (self.id, name), torch2xp(param.data), torch2xp(param.grad)
-                )
+                weights = cast(FloatsXd, torch2xp(param.data))
+                gradient = cast(FloatsXd, torch2xp(param.grad))
+                data, _ = optimizer((self.id, name), weights, gradient)
                 param.data = xp2torch(data, device=param.device)
             param.grad = None
         self._grad_scaler.update()
@@ -321,13 +324,14 @@ class HFShim(Shim):
         if self._model is None:
             return srsly.msgpack_dumps({"loaded": False})
         transformer = self.module.transformer
+        config: Any = transformer.config
         state = {k: v.detach().contiguous().cpu() for k, v in transformer.state_dict().items()}
         with tempfile.TemporaryDirectory() as tmp:
             self.tokenizer.save_pretrained(tmp)
             tokenizer_files = {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
         msg = {
             "loaded": True,
-            "config": transformer.config.to_json_string(use_diff=False),
+            "config": config.to_json_string(use_diff=False),
             "tokenizer": tokenizer_files,
             "weights": save_safetensors(state),
         }

