@@ -15,6 +15,9 @@ def main() -> None:
     if len(sys.argv) < 4 or sys.argv[2] != "--":
         raise SystemExit(__doc__)
     output, command = Path(sys.argv[1]), sys.argv[3:]
+    if command[0] in ("python", "python3"):
+        # The same interpreter (and virtual environment) as this script.
+        command[0] = sys.executable
     start = time.perf_counter()
     result = subprocess.run(command)
     seconds = time.perf_counter() - start

@@ -1,0 +1,59 @@
+"""`spacy project run all` end to end on the real data, with small vars."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "datasets"
+SMALL = {
+    "textcat_steps": 8,
+    "textcat_warmup": 2,
+    "textcat_dev_size": 40,
+    "multilabel_steps": 8,
+    "multilabel_warmup": 2,
+    "multilabel_dev_size": 40,
+    "shared_datasets": str(SHARED),
+}
+
+
+def run_all(project: Path) -> str:
+    overrides = [f"--vars.{k}={v}" for k, v in SMALL.items()]
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", "project", "run", "all", str(project), *overrides],
+        capture_output=True,
+        text=True,
+        cwd=project,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
+    if not SHARED.exists():
+        pytest.fail(f"{SHARED} is missing: the workflow test needs ../shared/datasets")
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("project.yml", "configs", "scripts"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, project / name)
+        else:
+            shutil.copy(source, project / name)
+    run_all(project)
+    textcat = json.loads((project / "metrics" / "textcat.json").read_text())
+    multilabel = json.loads((project / "metrics" / "multilabel.json").read_text())
+    assert 0.0 <= textcat["cats_accuracy"] <= 1.0
+    assert "cats_macro_auc" in textcat
+    assert 0.0 <= multilabel["cats_micro_f"] <= 1.0
+    assert (project / "training" / "textcat" / "model-last" / "config.cfg").exists()
+    assert json.loads((project / "metrics" / "textcat_train_time.json").read_text())["seconds"] > 0
+    # Nothing changed: the second run skips every command.
+    second = run_all(project)
+    assert second.count("Skipping") >= 7, second
