@@ -262,6 +262,11 @@ class HFShim(Shim):
 
     def begin_update(self, inputs: Tuple[Any, Any, Any]) -> Tuple[Any, Callable]:
         module = self.module
+        if self.precision == "fp16" and self.device.type == "cpu":
+            raise ValueError(
+                "precision = 'fp16' trains only on a GPU (it needs loss scaling); "
+                "use 'bf16' or 'fp32' to train on the CPU"
+            )
         module.train()
         hidden = module(*self._to_tensors(inputs))
 

@@ -5,6 +5,7 @@ Loaders run in `initialize` (building a pipeline never loads weights). Only
 safetensors weights are read and remote code is never trusted.
 """
 
+import copy
 import importlib
 import os
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ class HFCheckpointLoader:
         self.source = source
         self._model: Any = None
         self._tokenizer: Any = None
+        self._handed_out = False
 
     def _load(self) -> Tuple[Any, Any]:
         if self._model is not None:
@@ -139,7 +141,12 @@ class HFCheckpointLoader:
     def load_encoder(self, encoder: Model) -> None:
         """Install the checkpoint's transformer and tokenizer into an encoder Model."""
         model, tokenizer = self._load()
-        hf_shim(encoder).load(model.base_model, tokenizer)
+        transformer = model.base_model
+        if self._handed_out:
+            # Each encoder trains its own copy of the weights.
+            transformer = copy.deepcopy(transformer)
+        self._handed_out = True
+        hf_shim(encoder).load(transformer, tokenizer)
         encoder.attrs["source"] = self.source
 
     def sequence_classifier(self) -> Optional[ClassifierWeights]:

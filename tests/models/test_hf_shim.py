@@ -203,3 +203,13 @@ def test_to_device(tiny_bert):
     with pytest.raises(ValueError, match="device_type"):
         shim.to_device("tpu", 0)
     HFShim().to_device("cpu", 0)  # nothing to move yet
+
+
+def test_fp16_training_on_cpu_is_a_clear_error(tiny_bert):
+
+    encoder = BertEncoder(max_length=16, stride=4, precision="fp16")
+    HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+    encoder.initialize()
+    doc = spacy.blank("en").make_doc("my card")
+    with pytest.raises(ValueError, match="bf16"):
+        encoder.begin_update([doc])

@@ -136,3 +136,19 @@ def test_multi_label_checkpoint_is_not_exclusive(tiny_classifier, tmp_path):
 
 def test_base_model_has_no_sequence_classifier(tiny_bert):
     assert HFCheckpoint(str(tiny_bert)).sequence_classifier() is None
+
+
+def test_one_loader_gives_each_encoder_its_own_weights(tiny_bert: Path) -> None:
+    from spacy_bert_pipes.models.encoder import BertEncoder
+    from spacy_bert_pipes.models.loaders import HFCheckpoint
+
+    loader = HFCheckpoint(str(tiny_bert))
+    first, second = BertEncoder(max_length=16, stride=4), BertEncoder(max_length=16, stride=4)
+    loader.load_encoder(first)
+    loader.load_encoder(second)
+    a = first.shims[0].module
+    b = second.shims[0].module
+    assert a is not b
+    pa, pb = next(a.parameters()), next(b.parameters())
+    assert pa.data_ptr() != pb.data_ptr()
+    assert (pa == pb).all()
