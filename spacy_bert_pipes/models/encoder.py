@@ -239,9 +239,10 @@ def forward(
                     g[0] += d_enc.d_cls / n_win
             if d_enc.d_wordpieces is not None:
                 for w in range(n_win):
-                    own = cast(Ints1d, numpy.nonzero(plan.owner == w)[0])
-                    g = grads[w]
-                    g[1 + plan.position[own]] += d_enc.d_wordpieces[own]
+                    own = numpy.nonzero(plan.owner == w)[0]
+                    rows = xp.asarray(1 + numpy.asarray(plan.position)[own])
+                    # index arrays live with the data (cupy on GPU)
+                    grads[w][rows] += d_enc.d_wordpieces[xp.asarray(own)]
             for w in range(n_win):
                 d_windows[w0 + w] = grads[w]
         backprop_windows(d_windows)
