@@ -8,6 +8,7 @@ HF config as JSON, the tokenizer files, and the weights as safetensors.
 """
 
 import contextlib
+import ctypes
 import json
 import os
 import tempfile
@@ -29,6 +30,20 @@ def _one_thread_after_fork() -> None:
     # thread, so parallel regions run inline (and N workers do not oversubscribe).
     torch.set_num_threads(1)
 
+
+def _load_malloc_trim() -> Optional[Callable[[int], int]]:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return cast(Callable[[int], int], libc.malloc_trim)
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+# Training allocates and frees large buffers of varying size every step (the
+# batches' shapes vary); glibc keeps the freed memory fragmented in its heap and
+# the process grew by ~60 MB a step on Banking77 until the OOM killer stopped it.
+# Handing free memory back after each optimizer step keeps RSS flat.
+_malloc_trim = _load_malloc_trim()
 
 _TOKENIZERS_ENV = "TOKENIZERS_PARALLELISM"
 _env_set_for_fork = False
@@ -294,6 +309,8 @@ class HFShim(Shim):
                 param.data = xp2torch(data, device=param.device)
             param.grad = None
         self._grad_scaler.update()
+        if _malloc_trim is not None:
+            _malloc_trim(0)
 
     @contextlib.contextmanager
     def use_params(self, params: Dict[Any, Any]) -> Iterator[None]:
