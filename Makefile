@@ -24,8 +24,8 @@ run: install
 	$(BIN)/python -m spacy project run all .
 
 lint: install
-	$(BIN)/ruff check spacy_bert_pipes tests scripts
-	$(BIN)/ruff format --check spacy_bert_pipes tests scripts
+	$(BIN)/ruff check spacy_bert_pipes tests scripts bench
+	$(BIN)/ruff format --check spacy_bert_pipes tests scripts bench
 	$(BIN)/mypy
 
 # Unit tests (tiny random BERT) plus the slow tests on the real encoder and data.
