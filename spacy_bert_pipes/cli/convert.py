@@ -1,17 +1,21 @@
 """`bert-pipes convert ...`: labelled data files to spaCy `.spacy` files."""
 
 import re
+from collections import Counter
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import Iterable, Iterator, List, NoReturn, Optional
 
 import spacy
 import typer
 from spacy.language import Language
+from spacy.tokens import Doc
 
 from ..convert import (
     ConversionError,
+    NerFileFormat,
     nluplusplus_labels,
     read_labels_file,
+    read_ner_docs,
     read_nluplusplus,
     read_textcat_rows,
     rows_to_docs,
@@ -118,6 +122,61 @@ def convert_nluplusplus_cli(
     _report(n_docs, len(labels), output_path)
 
 
+@convert_app.command("ner")
+def convert_ner_cli(
+    input_path: Path = typer.Argument(
+        ...,
+        help="A CoNLL file (.txt, .conll, .iob), a .jsonl file of texts with entity "
+        "offsets, or a spaCy v2 .json training file",
+        metavar="INPUT",
+        exists=True,
+        dir_okay=False,
+    ),
+    output_path: Path = typer.Argument(
+        ..., help="The .spacy file to write", dir_okay=False, metavar="OUTPUT"
+    ),
+    file_format: NerFileFormat = typer.Option(
+        "auto",
+        "--format",
+        help="The input format; auto: .jsonl is JSONL, .json is spaCy v2 JSON, anything else CoNLL",
+    ),
+    n_sents: int = typer.Option(
+        0,
+        "--n-sents",
+        min=0,
+        help="CoNLL only: sentences per Doc, never crossing a -DOCSTART- line; "
+        "0 makes one Doc per document (the whole file if it has no -DOCSTART-)",
+    ),
+    lang: str = typer.Option("en", "--lang", help="Language code of the vocab and tokenizer"),
+) -> None:
+    """Convert named entity data (CoNLL, JSONL or spaCy v2 JSON) for NER.
+
+    CoNLL: one token per line in whitespace-separated columns, the NER tag
+    last (IOB1 or IOB2), blank lines between sentences and -DOCSTART- lines
+    between documents; the Doc text is the tokens joined by spaces. JSONL: one
+    object per line with a "text" and its entities as character offsets on
+    token boundaries, in "entities" (lists of start, end and label) or "spans"
+    (objects with "start", "end" and "label"). spaCy v2 JSON: one Doc per
+    paragraph, with BILUO tags.
+    """
+    nlp = _blank(lang)
+    try:
+        docs = read_ner_docs(input_path, nlp, file_format=file_format, n_sents=n_sents)
+    except ValueError as err:  # the options do not fit the input; nothing is read yet
+        raise typer.BadParameter(str(err), param_hint="--n-sents") from None
+    labels: Counter[str] = Counter()
+    try:
+        n_docs = write_docbin(_count_entities(docs, labels), output_path)
+    except ConversionError as err:
+        _fail(str(err))
+    n_ents = sum(labels.values())
+    typer.secho(f"Wrote {n_docs} docs with {n_ents} entities to {output_path}", fg="green")
+    if labels:
+        typer.echo(
+            "Entities per label: " + ", ".join(f"{lb} {n}" for lb, n in sorted(labels.items()))
+        )
+
+
 def parse_folds(text: str) -> List[int]:
     """Parse a fold selection such as "0-17", "18,19" or "0-3,7".
 
@@ -143,6 +202,12 @@ def _blank(lang: str) -> Language:
         return spacy.blank(lang)
     except ImportError:
         _fail(f"unknown language code {lang!r} (--lang)")
+
+
+def _count_entities(docs: Iterable[Doc], labels: Counter[str]) -> Iterator[Doc]:
+    for doc in docs:
+        labels.update(ent.label_ for ent in doc.ents)
+        yield doc
 
 
 def _report(n_docs: int, n_labels: int, output_path: Path) -> None:

@@ -1,6 +1,6 @@
 import json
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import pytest
 import spacy
@@ -144,8 +144,123 @@ def test_parse_folds_invalid(text):
         parse_folds(text)
 
 
+CONLL_TEXT = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+. . O O
+
+-DOCSTART- -X- -X- O
+
+Peter NNP B-NP B-PER
+Blackburn NNP I-NP I-PER
+
+BRUSSELS NNP B-NP B-LOC
+1996-08-22 CD I-NP O
+"""
+
+
+def ents(doc: Doc) -> List[Tuple[str, str]]:
+    return [(ent.text, ent.label_) for ent in doc.ents]
+
+
+def test_ner_conll(tmp_path):
+    input_path = tmp_path / "train.txt"
+    input_path.write_text(CONLL_TEXT)
+    output_path = tmp_path / "corpus" / "train.spacy"
+    result = runner.invoke(app, ["convert", "ner", str(input_path), str(output_path)])
+    assert result.exit_code == 0, result.output
+    assert f"Wrote 2 docs with 4 entities to {output_path}" in result.output
+    assert "Entities per label: LOC 1, MISC 1, ORG 1, PER 1" in result.output
+    docs = read_docs(output_path)
+    assert [doc.text for doc in docs] == [
+        "EU rejects German .",
+        "Peter Blackburn BRUSSELS 1996-08-22",
+    ]
+    assert [ents(doc) for doc in docs] == [
+        [("EU", "ORG"), ("German", "MISC")],
+        [("Peter Blackburn", "PER"), ("BRUSSELS", "LOC")],
+    ]
+    assert [sent.text for sent in docs[1].sents] == ["Peter Blackburn", "BRUSSELS 1996-08-22"]
+
+
+def test_ner_conll_n_sents(tmp_path):
+    input_path = tmp_path / "train.iob"
+    input_path.write_text(CONLL_TEXT)
+    output_path = tmp_path / "train.spacy"
+    args = ["convert", "ner", str(input_path), str(output_path), "--n-sents", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Wrote 3 docs with 4 entities" in result.output
+    assert [doc.text for doc in read_docs(output_path)] == [
+        "EU rejects German .",
+        "Peter Blackburn",
+        "BRUSSELS 1996-08-22",
+    ]
+
+
+def test_ner_jsonl(tmp_path):
+    records = [
+        {"text": "Ann met Bob.", "entities": [[0, 3, "PER"], [8, 11, "PER"]]},
+        {"text": "No one.", "spans": []},
+    ]
+    input_path = tmp_path / "train.txt"
+    input_path.write_text("\n".join(json.dumps(record) for record in records))
+    output_path = tmp_path / "train.spacy"
+    args = ["convert", "ner", str(input_path), str(output_path), "--format", "jsonl"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Wrote 2 docs with 2 entities" in result.output
+    assert "Entities per label: PER 2" in result.output
+    assert [ents(doc) for doc in read_docs(output_path)] == [[("Ann", "PER"), ("Bob", "PER")], []]
+
+
+@pytest.mark.parametrize(
+    "name,text,message",
+    [
+        ("bad.txt", "a NN O\n\nb NN\n", "bad.txt:3: expected 3 columns as on line 1, found 2"),
+        ("bad.conll", "a NN O\nb NN E-PER\n", "bad.conll:2: expected an NER tag 'O', 'B-TYPE'"),
+        (
+            "bad.jsonl",
+            '{"text": "New York", "entities": [[0, 5, "LOC"]]}',
+            "bad.jsonl:1: entity 'LOC' at characters 0-5 ('New Y') does not fall on token",
+        ),
+        ("bad.json", '{"paragraphs": []}', "bad.json:1: expected a JSON list of documents"),
+    ],
+)
+def test_ner_errors_exit_1(tmp_path, name, text, message):
+    input_path = tmp_path / name
+    input_path.write_text(text)
+    output_path = tmp_path / "train.spacy"
+    result = runner.invoke(app, ["convert", "ner", str(input_path), str(output_path)])
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+    assert not output_path.exists()
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--n-sents", "2"], "n_sents groups CoNLL sentences, but train.jsonl is read as jsonl"),
+        (["--n-sents", "-1"], "--n-sents': Input should be greater than or equal to 0"),
+        (["--format", "iob"], "'iob' is not one of"),
+    ],
+)
+def test_ner_bad_options_are_usage_errors(tmp_path, extra, message):
+    input_path = tmp_path / "train.jsonl"
+    input_path.write_text('{"text": "x", "entities": []}\n')
+    result = runner.invoke(
+        app, ["convert", "ner", str(input_path), str(tmp_path / "x.spacy"), *extra]
+    )
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.replace("│", " ").split())
+
+
 def test_help():
-    for command in ("textcat", "nluplusplus"):
+    for command in ("textcat", "nluplusplus", "ner"):
         result = runner.invoke(app, ["convert", command, "--help"])
         assert result.exit_code == 0
         assert f"bert-pipes convert {command}" in result.output
@@ -176,3 +291,19 @@ def test_convert_real_banking77_and_nluplusplus(tmp_path):
         assert all(len(doc.cats) == 48 for doc in docs)
         n_docs += len(docs)
     assert n_docs == 2071
+
+
+@pytest.mark.slow
+def test_convert_real_conll2003(tmp_path):
+    folder = DATASETS / "conll2003"
+    if not folder.is_dir():
+        pytest.skip(f"no CoNLL 2003 data at {folder}")
+    for split, n_docs, n_ents in [("train", 946, 23499), ("valid", 216, 5942), ("test", 231, 5648)]:
+        output_path = tmp_path / f"{split}.spacy"
+        result = runner.invoke(
+            app, ["convert", "ner", str(folder / f"{split}.txt"), str(output_path)]
+        )
+        assert result.exit_code == 0, result.output
+        assert f"Wrote {n_docs} docs with {n_ents} entities" in result.output
+        docs = read_docs(output_path)
+        assert sum(len(doc.ents) for doc in docs) == n_ents
