@@ -1,6 +1,6 @@
 """spacy-bert-pipes: BERT components for spaCy.
 
-Importing the package registers the factories (`bert_encoder`, `bert_textcat`)
+Importing the package registers the factories (`bert_encoder`, `bert_textcat`, `bert_ner`)
 and the architectures, loaders and scorers; spaCy also finds them through the
 package's entry points. torch and transformers are imported only when a
 component is built.
@@ -11,11 +11,13 @@ from .about import __version__
 from .models import encoder, heads, listener, loaders
 from .models.types import DocEncoding
 from .pipeline.encoder import BertEncoderPipe, make_bert_encoder
+from .pipeline.ner import BertEntityRecognizer, make_bert_ner
 from .pipeline.textcat import BertTextCategorizer, make_bert_textcat
 
 __all__ = [
     "__version__",
     "BertEncoderPipe",
+    "BertEntityRecognizer",
     "BertTextCategorizer",
     "DocEncoding",
     "encoder",
@@ -23,6 +25,7 @@ __all__ = [
     "listener",
     "loaders",
     "make_bert_encoder",
+    "make_bert_ner",
     "make_bert_textcat",
     "scorers",
 ]

@@ -1,8 +1,9 @@
 """Scorers, registered in spaCy's `scorers` registry."""
 
-from typing import Any, Callable, Dict, Iterable, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from spacy.scorer import Scorer
+from spacy.tokens import Doc, Span
 from spacy.training import Example
 from spacy.util import registry
 
@@ -44,3 +45,27 @@ def score_textcat(
 @registry.scorers("spacy-bert-pipes.textcat_scorer.v1")
 def make_textcat_scorer() -> Callable[..., Dict[str, Any]]:
     return score_textcat
+
+
+def score_ner(examples: Iterable[Example], *, spans_key: Optional[str] = None) -> Dict[str, Any]:
+    """Entity precision, recall and F-score, overall and per label (exact span match).
+
+    spans_key (Optional[str]): None scores `doc.ents` (keys `ents_p`, `ents_r`,
+        `ents_f`, `ents_per_type`, as spaCy's `ner`). A key scores the span group
+        `doc.spans[spans_key]` (keys `spans_<key>_p`, ...); a reference doc without
+        that group is scored against its `doc.ents`.
+    """
+    if spans_key is None:
+        return Scorer.score_spans(
+            examples, "ents", has_annotation=lambda doc: doc.has_annotation("ENT_IOB")
+        )
+
+    def getter(doc: Doc, attr: str) -> List[Span]:
+        return list(doc.spans[spans_key]) if spans_key in doc.spans else list(doc.ents)
+
+    return Scorer.score_spans(examples, f"spans_{spans_key}", getter=getter)
+
+
+@registry.scorers("spacy-bert-pipes.ner_scorer.v1")
+def make_ner_scorer() -> Callable[..., Dict[str, Any]]:
+    return score_ner

@@ -103,3 +103,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+NER_LABELS = ["LOC", "ORG", "PER"]
+# (text, [(start_char, end_char, label)])
+NER_TEXTS = [
+    ("john smith is in paris", [(0, 10, "PER"), (17, 22, "LOC")]),
+    ("apple is a company in london", [(0, 5, "ORG"), (22, 28, "LOC")]),
+    ("hello john", [(6, 10, "PER")]),
+    ("google is in new york", [(0, 6, "ORG"), (13, 21, "LOC")]),
+    ("the bank of london", [(12, 18, "LOC")]),
+    ("what is my pin", []),
+]
+
+
+def ner_examples(nlp, data=NER_TEXTS):  # type: ignore[no-untyped-def]
+    from spacy.training import Example
+
+    return [Example.from_dict(nlp.make_doc(text), {"entities": ents}) for text, ents in data]

@@ -4,15 +4,18 @@ thinc Model, composed with `chain`; widths are inferred in `init`.
 
 from typing import Any, Callable, List, Literal, Optional, Tuple, cast
 
+import numpy
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Dropout, Linear, Model, chain, glorot_uniform_init
-from thinc.types import Floats1d, Floats2d
+from thinc.api import Dropout, Linear, Model, chain, glorot_uniform_init, ragged2list, with_array
+from thinc.types import Floats1d, Floats2d, Ragged
 
+from .align import align_tokens
 from .types import DocEncoding, DocEncodingGrad
 
 Pooling = Literal["cls", "mean"]
 Activation = Literal["none", "tanh", "relu", "gelu"]
+TokenVector = Literal["first", "mean"]
 
 
 @registry.architectures("spacy-bert-pipes.TextCatModel.v1")
@@ -73,6 +76,139 @@ def _textcat_init(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None
     for layer in model.layers[1:]:
         layer.initialize()
     model.set_dim("nO", output.get_dim("nO"), force=True)
+
+
+@registry.architectures("spacy-bert-pipes.TokenTaggerModel.v1")
+def TokenTaggerModel(
+    encoder: Model[List[Doc], List[DocEncoding]],
+    token_vector: TokenVector = "first",
+    dropout: float = 0.1,
+    nO: Optional[int] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Token tagger: a vector per spaCy token from its wordpieces -> softmax over tags.
+
+    encoder (Model[List[Doc], List[DocEncoding]]): A BertEncoder, or an
+        EncoderListener to share an upstream `bert_encoder` component.
+    token_vector (str): "first" takes each token's first wordpiece (as BERT's
+        paper tags words); "mean" averages the token's wordpieces.
+    dropout (float): Dropout on the token vectors during training.
+    nO (Optional[int]): Number of tags, inferred from the data if unset.
+    RETURNS (Model[List[Doc], List[Floats2d]]): Tag probabilities per doc,
+        (n_tokens, n_tags); a token without wordpieces (whitespace) gets a zero vector.
+    """
+    features = token_features(encoder, token_vector)
+    output = logits_output(exclusive=True, nO=nO)
+    per_token: Model[Floats2d, Floats2d] = chain(
+        cast(Model[Floats2d, Floats2d], Dropout(dropout)), output
+    )
+    model: Model[List[Doc], List[Floats2d]] = chain(features, with_array(per_token), ragged2list())
+    model.attrs["token_vector"] = token_vector
+    model.set_ref("encoder", encoder)
+    model.set_ref("output", output)
+    model.init = _tagger_init
+    return model
+
+
+def _tagger_init(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None) -> None:
+    encoder = model.get_ref("encoder")
+    if encoder.has_dim("nO") is not True:
+        encoder.initialize()
+    output = model.get_ref("output")
+    output.set_dim("nI", encoder.get_dim("nO"), force=True)
+    if Y is not None:  # a sample of tag scores: one (n_tokens, n_tags) array, or a list
+        sample = Y[0] if isinstance(Y, list) else Y
+        output.set_dim("nO", sample.shape[1], force=True)
+    output.initialize()
+    model.set_dim("nO", output.get_dim("nO"), force=True)
+
+
+def token_features(
+    encoder: Model[List[Doc], List[DocEncoding]], token_vector: TokenVector
+) -> Model[List[Doc], Ragged]:
+    """One vector per spaCy token, from the wordpieces aligned to it by characters.
+
+    RETURNS (Model[List[Doc], Ragged]): All docs' token vectors, concatenated,
+        with the number of tokens of each doc as lengths. (n_tokens, width)
+    """
+    if token_vector not in ("first", "mean"):
+        raise ValueError(f"token_vector must be 'first' or 'mean', got {token_vector!r}")
+
+    def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Ragged, Callable]:
+        xp = model.ops.xp
+        encodings, backprop_encoder = encoder(docs, is_train)
+        rows = []
+        plans = []
+        for doc, enc in zip(docs, encodings):
+            alignment = align_tokens(doc, enc.offsets)
+            starts = numpy.asarray(alignment.starts)
+            lengths = numpy.asarray(alignment.lengths)
+            if token_vector == "first":
+                lengths = numpy.minimum(lengths, 1)
+            plans.append((starts, lengths, len(enc.wordpieces)))
+            rows.append(_segment_mean(xp, enc.wordpieces, starts, lengths, encoder))
+        width = encoder.get_dim("nO")
+        data = xp.concatenate(rows) if rows else xp.zeros((0, width), dtype="f")
+        sizes = model.ops.asarray1i([len(doc) for doc in docs])
+
+        def backprop(d_ragged: Ragged) -> List[Doc]:
+            d_tokens = cast(Floats2d, d_ragged.dataXd)
+            grads = []
+            offset = 0
+            for starts, lengths, n_pieces in plans:
+                n_tokens = len(starts)
+                d_doc = d_tokens[offset : offset + n_tokens]
+                offset += n_tokens
+                d_pieces = _backprop_segment_mean(xp, d_doc, starts, lengths, n_pieces)
+                grads.append(DocEncodingGrad(d_wordpieces=d_pieces))
+            return backprop_encoder(grads)
+
+        return Ragged(data, sizes), backprop
+
+    return Model("token_features", forward, layers=[encoder], dims={"nO": None})
+
+
+def _segment_mean(
+    xp: Any, pieces: Floats2d, starts: numpy.ndarray, lengths: numpy.ndarray, encoder: Model
+) -> Floats2d:
+    """Mean of pieces[start : start + length] for each token; zeros where length is 0."""
+    n_tokens = len(starts)
+    if n_tokens == 0 or len(pieces) == 0:
+        return xp.zeros((n_tokens, encoder.get_dim("nO")), dtype="f")
+    if int(lengths.max()) <= 1:  # one piece per token: a gather
+        rows = pieces[xp.asarray(numpy.minimum(starts, len(pieces) - 1))]
+        return rows * xp.asarray(lengths, dtype="f")[:, None]
+    # Sums of contiguous runs from a prefix sum, in float64 so long docs stay exact.
+    prefix = xp.concatenate(
+        [xp.zeros((1, pieces.shape[1]), dtype="f8"), xp.cumsum(pieces, axis=0, dtype="f8")]
+    )
+    s, e = xp.asarray(starts), xp.asarray(starts + lengths)
+    sums = prefix[e] - prefix[s]  # (n_tokens, width)
+    return (sums / xp.asarray(numpy.maximum(lengths, 1), dtype="f8")[:, None]).astype("f")
+
+
+def _backprop_segment_mean(
+    xp: Any, d_tokens: Floats2d, starts: numpy.ndarray, lengths: numpy.ndarray, n_pieces: int
+) -> Floats2d:
+    """Spread each token's gradient evenly over its wordpieces."""
+    width = d_tokens.shape[1]
+    has = lengths > 0
+    if n_pieces == 0 or not has.any():
+        return xp.zeros((n_pieces, width), dtype="f")
+    scaled = d_tokens[xp.asarray(has)] / xp.asarray(lengths[has], dtype="f")[:, None]
+    # A difference array: +g at a run's start, -g just after its end, then a prefix sum.
+    diff = xp.zeros((n_pieces + 1, width), dtype="f8")
+    _scatter_add(xp, diff, starts[has], scaled)
+    _scatter_add(xp, diff, starts[has] + lengths[has], -scaled)
+    return xp.cumsum(diff, axis=0)[:n_pieces].astype("f")
+
+
+def _scatter_add(xp: Any, table: Any, indices: numpy.ndarray, values: Any) -> None:
+    if xp is numpy:
+        numpy.add.at(table, indices, values)
+    else:  # cupy
+        import cupyx
+
+        cupyx.scatter_add(table, xp.asarray(indices), values)
 
 
 def cls_pooling() -> Model[List[DocEncoding], Floats2d]:

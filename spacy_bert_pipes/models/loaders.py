@@ -55,6 +55,21 @@ class ClassifierWeights:
     b: Floats1d
 
 
+@dataclass
+class TaggerWeights:
+    """A fine-tuned token-classification head, as numpy arrays.
+
+    tags (List[str]): Tag names in output order (the checkpoint's id2label),
+        e.g. ["O", "B-PER", "I-PER", ...].
+    W (Floats2d): Output weights. (n_tags, width)
+    b (Floats1d): Output bias. (n_tags,)
+    """
+
+    tags: List[str]
+    W: Floats2d
+    b: Floats1d
+
+
 def resolve_source(source: str) -> str:
     """Turn a source into something `from_pretrained` can open without guessing.
 
@@ -104,6 +119,7 @@ class HFCheckpointLoader:
         self._model: Any = None
         self._tokenizer: Any = None
         self._handed_out = False
+        self._head: Optional[str] = None
 
     def _load(self) -> Tuple[Any, Any]:
         if self._model is not None:
@@ -112,6 +128,7 @@ class HFCheckpointLoader:
             AutoConfig,
             AutoModel,
             AutoModelForSequenceClassification,
+            AutoModelForTokenClassification,
             AutoTokenizer,
         )
 
@@ -122,13 +139,13 @@ class HFCheckpointLoader:
             raise OSError(_alternatives(self.source, OSError("HF_HUB_OFFLINE is set")))
         try:
             config = AutoConfig.from_pretrained(location, **kwargs)
-            architectures = config.architectures or []
-            if any(a.endswith("ForSequenceClassification") for a in architectures):
-                model = AutoModelForSequenceClassification.from_pretrained(
-                    location, use_safetensors=True, **kwargs
-                )
-            else:
-                model = AutoModel.from_pretrained(location, use_safetensors=True, **kwargs)
+            self._head = _head_kind(config.architectures or [])
+            heads = {
+                "sequence": AutoModelForSequenceClassification,
+                "token": AutoModelForTokenClassification,
+            }
+            auto = heads.get(self._head or "", AutoModel)
+            model = auto.from_pretrained(location, use_safetensors=True, **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(location, use_fast=True, **kwargs)
         except OSError as error:
             if local:
@@ -152,7 +169,7 @@ class HFCheckpointLoader:
     def sequence_classifier(self) -> Optional[ClassifierWeights]:
         """The checkpoint's sequence-classification head, or None if it has none."""
         model, _ = self._load()
-        if model is model.base_model:
+        if self._head != "sequence":
             return None
         model_type = model.config.model_type
         if model_type not in _SEQUENCE_HEADS:
@@ -180,6 +197,34 @@ class HFCheckpointLoader:
             W=_to_numpy(output.weight),
             b=_to_numpy(output.bias),
         )
+
+    def token_classifier(self) -> Optional[TaggerWeights]:
+        """The checkpoint's token-classification head, or None if it has none."""
+        model, _ = self._load()
+        if self._head != "token":
+            return None
+        output = _get_module(model, "classifier")
+        if output is None or not hasattr(output, "weight"):
+            raise ValueError(
+                f"The {model.config.model_type} token-classification checkpoint has no "
+                "linear `classifier` layer to import"
+            )
+        id2label = model.config.id2label
+        return TaggerWeights(
+            tags=[str(id2label[i]) for i in range(len(id2label))],
+            W=_to_numpy(output.weight),
+            b=_to_numpy(output.bias),
+        )
+
+
+def _head_kind(architectures: List[str]) -> Optional[str]:
+    """Which fine-tuned head a checkpoint's `architectures` name, if any."""
+    for name in architectures:
+        if name.endswith("ForSequenceClassification"):
+            return "sequence"
+        if name.endswith("ForTokenClassification"):
+            return "token"
+    return None
 
 
 def _get_module(model: Any, path: str) -> Any:

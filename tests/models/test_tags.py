@@ -1,0 +1,110 @@
+import itertools
+
+import numpy
+import pytest
+
+from spacy_bert_pipes.models.tags import (
+    biluo_to_scheme,
+    is_valid,
+    make_tag_set,
+    path_to_spans,
+    viterbi,
+)
+
+
+@pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
+def test_tag_set_order(scheme: str) -> None:
+    tags = make_tag_set(["LOC", "PER"], scheme).tags
+    assert tags[0] == "O"
+    assert tags[1:3] == ("B-LOC", "I-LOC")
+    assert len(tags) == 1 + 2 * len(scheme[:-1])
+
+
+def test_bad_scheme_and_label() -> None:
+    with pytest.raises(ValueError, match="Unknown tag scheme"):
+        make_tag_set(["PER"], "IOB1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Invalid entity label"):
+        make_tag_set(["O"])
+
+
+def brute_force(log_probs: numpy.ndarray, tag_set) -> float:  # type: ignore[no-untyped-def]
+    n_tokens, n_tags = log_probs.shape
+    best = -numpy.inf
+    for path in itertools.product(range(n_tags), repeat=n_tokens):
+        if is_valid(path, tag_set):
+            best = max(best, float(log_probs[numpy.arange(n_tokens), list(path)].sum()))
+    return best
+
+
+@pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
+@pytest.mark.parametrize("seed", range(6))
+def test_viterbi_is_the_best_valid_path(scheme: str, seed: int) -> None:
+    tag_set = make_tag_set(["A", "B"], scheme)
+    rng = numpy.random.default_rng(seed)
+    n_tokens = 4
+    log_probs = numpy.log(rng.dirichlet(numpy.ones(len(tag_set.tags)), size=n_tokens))
+    path = viterbi(log_probs, tag_set)
+    assert is_valid(path, tag_set)
+    score = float(log_probs[numpy.arange(n_tokens), path].sum())
+    assert score == pytest.approx(brute_force(log_probs, tag_set))
+
+
+@pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
+def test_viterbi_never_invalid_on_adversarial_scores(scheme: str) -> None:
+    """Scores that love I- tags (the argmax would be invalid everywhere)."""
+    tag_set = make_tag_set(["A", "B", "C"], scheme)
+    rng = numpy.random.default_rng(1)
+    inside = [i for i, t in enumerate(tag_set.tags) if t.startswith("I-")]
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        log_probs = rng.normal(size=(n, len(tag_set.tags)))
+        log_probs[:, inside] += 5.0
+        assert is_valid(viterbi(log_probs, tag_set), tag_set)
+
+
+def test_viterbi_forced_outside_and_empty() -> None:
+    tag_set = make_tag_set(["PER"])
+    log_probs = numpy.log(numpy.array([[0.1, 0.8, 0.1], [0.1, 0.1, 0.8], [0.1, 0.1, 0.8]]))
+    assert list(viterbi(log_probs, tag_set)) == [1, 2, 2]
+    forced = numpy.array([False, True, False])
+    path = viterbi(log_probs, tag_set, forced)
+    assert path[1] == 0 and is_valid(path, tag_set)
+    assert viterbi(numpy.zeros((0, 3)), tag_set).shape == (0,)
+
+
+def test_viterbi_finite_with_impossible_tags() -> None:
+    tag_set = make_tag_set(["PER"])
+    log_probs = numpy.full((3, 3), -numpy.inf)
+    log_probs[:, 2] = 0.0  # only I-PER is "possible": still decodes to a valid path
+    path = viterbi(numpy.maximum(log_probs, -1e9), tag_set)
+    assert is_valid(path, tag_set)
+
+
+@pytest.mark.parametrize(
+    "tags,expected",
+    [
+        (["O", "B-PER", "I-PER", "O", "B-LOC"], [(1, 3, "PER"), (4, 5, "LOC")]),
+        (["B-PER", "B-PER", "I-PER"], [(0, 1, "PER"), (1, 3, "PER")]),
+        (["B-LOC", "I-LOC", "B-PER"], [(0, 2, "LOC"), (2, 3, "PER")]),
+        ([], []),
+    ],
+)
+def test_path_to_spans_bio(tags: list, expected: list) -> None:
+    tag_set = make_tag_set(["LOC", "PER"], "BIO")
+    assert path_to_spans([tag_set.index(t) for t in tags], tag_set) == expected
+
+
+def test_path_to_spans_biluo() -> None:
+    tag_set = make_tag_set(["LOC", "PER"], "BILUO")
+    tags = ["U-PER", "O", "B-LOC", "I-LOC", "L-LOC", "U-LOC"]
+    assert path_to_spans([tag_set.index(t) for t in tags], tag_set) == [
+        (0, 1, "PER"),
+        (2, 5, "LOC"),
+        (5, 6, "LOC"),
+    ]
+
+
+def test_biluo_to_scheme() -> None:
+    gold = ["U-PER", "B-LOC", "I-LOC", "L-LOC", "O", "-", None]
+    assert biluo_to_scheme(gold, "BIO") == ["B-PER", "B-LOC", "I-LOC", "I-LOC", "O", None, None]
+    assert biluo_to_scheme(gold, "BILUO") == gold[:5] + [None, None]
