@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import spacy
-from conftest import SMALL_ENCODER, textcat_examples
+from conftest import SMALL_ENCODER, ner_examples, textcat_examples
 from spacy.util import load_config
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.cfg"))
@@ -22,7 +22,12 @@ def test_config_builds_and_initializes(path: Path, tiny_bert: Path) -> None:
         if encoder.get("@architectures") == "spacy-bert-pipes.BertEncoder.v1":
             encoder.update(SMALL_ENCODER)
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
-    examples = textcat_examples(nlp)
+    is_ner = "bert_ner" in nlp.pipe_names
+    examples = ner_examples(nlp) if is_ner else textcat_examples(nlp)
     nlp.initialize(lambda: examples)
-    doc = nlp("my card still not arrived")
-    assert doc.cats
+    doc = nlp("john smith says my card still not arrived in paris")
+    if is_ner:
+        assert all(ent.label_ in ("LOC", "ORG", "PER") for ent in doc.ents)
+        assert nlp.get_pipe("bert_ner").labels
+    else:
+        assert doc.cats

@@ -19,6 +19,10 @@ SMALL = {
     "multilabel_steps": 8,
     "multilabel_warmup": 2,
     "multilabel_dev_size": 40,
+    "ner_steps": 6,
+    "ner_warmup": 2,
+    "ner_eval_frequency": 100,
+    "ner_dev_docs": 10,
     "shared_datasets": str(SHARED),
 }
 
@@ -52,8 +56,11 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
     assert 0.0 <= textcat["cats_accuracy"] <= 1.0
     assert "cats_macro_auc" in textcat
     assert 0.0 <= multilabel["cats_micro_f"] <= 1.0
+    ner = json.loads((project / "metrics" / "ner.json").read_text())
+    assert 0.0 <= ner["ents_f"] <= 1.0
+    assert set(ner["ents_per_type"]) <= {"LOC", "MISC", "ORG", "PER"}
     assert (project / "training" / "textcat" / "model-last" / "config.cfg").exists()
     assert json.loads((project / "metrics" / "textcat_train_time.json").read_text())["seconds"] > 0
     # Nothing changed: the second run skips every command.
     second = run_all(project)
-    assert second.count("Skipping") >= 7, second
+    assert second.count("Skipping") >= 10, second
