@@ -41,3 +41,21 @@ def load_encoder(
             f"spacy-bert-pipes.HFCheckpoint.v1, got {type(encoder_loader).__name__}"
         )
     encoder_loader.load_encoder(encoder)
+
+
+# Question answering data on Docs (see pipeline/qa.py and convert.py):
+# doc._.questions     Dict[str, str]: key -> question, asked of this doc (besides the
+#                     component's fixed questions); settable through nlp.pipe contexts.
+# doc._.gold_answers  Dict[str, List[Dict]]: key -> reference answers, each
+#                     {"text": str, "start": int, "end": int} (character offsets in
+#                     doc.text, end exclusive); an empty list means "no answer".
+# doc._.answers       List[Dict]: the predictions, for export: {"key", "question",
+#                     "text", "start", "end", "score", "rank"}; a null answer has
+#                     text "" and start = end = None.
+QA_EXTENSIONS = ("questions", "gold_answers", "answers")
+
+
+def ensure_qa_extensions() -> None:
+    for name in QA_EXTENSIONS:
+        if not Doc.has_extension(name):
+            Doc.set_extension(name, default=None)
