@@ -1,6 +1,9 @@
 """Scorers, registered in spaCy's `scorers` registry."""
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+import re
+import string
+from collections import Counter
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from spacy.scorer import Scorer
 from spacy.tokens import Doc, Span
@@ -69,3 +72,117 @@ def score_ner(examples: Iterable[Example], *, spans_key: Optional[str] = None) -
 @registry.scorers("spacy-bert-pipes.ner_scorer.v1")
 def make_ner_scorer() -> Callable[..., Dict[str, Any]]:
     return score_ner
+
+
+# The articles SQuAD's normalization removes, as whole words.
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Normalize an answer as the official SQuAD evaluation does: lowercase,
+    remove ASCII punctuation, remove the articles "a", "an" and "the", and
+    collapse whitespace.
+
+    text (str): The answer.
+    RETURNS (str): The normalized answer, e.g. "broncos" for "The Broncos!".
+    """
+    text = "".join(char for char in text.lower() if char not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    """SQuAD's exact match of one prediction and one reference answer.
+
+    prediction (str): The predicted answer; "" for no answer.
+    reference (str): The reference answer; "" for no answer.
+    RETURNS (float): 1.0 if the normalized answers are equal, else 0.0.
+    """
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """SQuAD's token F1 of one prediction and one reference answer: the F1 of
+    the bags of normalized tokens they share. If either has no tokens (no
+    answer), it is 1.0 when both have none and 0.0 otherwise.
+
+    prediction (str): The predicted answer; "" for no answer.
+    reference (str): The reference answer; "" for no answer.
+    RETURNS (float): The F1, between 0.0 and 1.0.
+    """
+    predicted = normalize_answer(prediction).split()
+    gold = normalize_answer(reference).split()
+    if not predicted or not gold:
+        return float(predicted == gold)
+    n_shared = sum((Counter(predicted) & Counter(gold)).values())
+    if n_shared == 0:
+        return 0.0
+    precision = n_shared / len(predicted)
+    recall = n_shared / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def score_qa(examples: Iterable[Example], *, top_k_key: str = "answers") -> Dict[str, Any]:
+    """Extractive question answering scores with the official SQuAD (v2.0)
+    semantics: per question, the exact match and token F1 of the top
+    prediction against its best-matching reference answer, averaged.
+
+    The questions are the keys of the reference Docs' `doc._.gold_answers`
+    (reference answers as {"text", "start", "end"}; an empty list means no
+    answer). The predictions are the predicted Docs' answers (dicts with at
+    least "key", "text" and "rank"); the best-ranked one per key is scored.
+    A question without a prediction counts as answered with "" (no answer),
+    so no question is ever left out. A question without an answer scores 1.0
+    exactly when the prediction is empty (after normalization).
+
+    examples (Iterable[Example]): The examples to score.
+    top_k_key (str): The Doc extension holding the predictions, e.g. "answers"
+        for `doc._.answers`.
+    RETURNS (Dict[str, Any]): "qa_exact" and "qa_f1" over all questions,
+        "qa_has_ans_exact" and "qa_has_ans_f1" over those with an answer,
+        "qa_no_ans_exact" and "qa_no_ans_f1" over those without (between 0.0
+        and 1.0; None where there are no such questions), and the numbers of
+        questions "qa_n", "qa_has_ans_n" and "qa_no_ans_n".
+    """
+    exact: Dict[bool, List[float]] = {True: [], False: []}  # has an answer -> scores
+    f1: Dict[bool, List[float]] = {True: [], False: []}
+    for eg in examples:
+        gold = eg.reference._.gold_answers or {}
+        predicted = _top_answers(getattr(eg.predicted._, top_k_key) or [])
+        for key, answers in gold.items():
+            prediction = predicted.get(key, "")
+            # As the official script: references that normalize to nothing
+            # (e.g. "the") are dropped; none left means no answer.
+            references = [a["text"] for a in answers if normalize_answer(a["text"])] or [""]
+            exact[bool(answers)].append(max(exact_match(prediction, r) for r in references))
+            f1[bool(answers)].append(max(token_f1(prediction, r) for r in references))
+    return {
+        "qa_exact": _mean(exact[True] + exact[False]),
+        "qa_f1": _mean(f1[True] + f1[False]),
+        "qa_has_ans_exact": _mean(exact[True]),
+        "qa_has_ans_f1": _mean(f1[True]),
+        "qa_no_ans_exact": _mean(exact[False]),
+        "qa_no_ans_f1": _mean(f1[False]),
+        "qa_n": len(exact[True]) + len(exact[False]),
+        "qa_has_ans_n": len(exact[True]),
+        "qa_no_ans_n": len(exact[False]),
+    }
+
+
+@registry.scorers("spacy-bert-pipes.qa_scorer.v1")
+def make_qa_scorer() -> Callable[..., Dict[str, Any]]:
+    return score_qa
+
+
+def _top_answers(answers: Iterable[Dict[str, Any]]) -> Dict[str, str]:
+    # The text of the best-ranked (lowest "rank") answer per key.
+    best: Dict[str, Tuple[int, str]] = {}
+    for answer in answers:
+        key, rank = answer["key"], answer["rank"]
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, answer["text"] or "")
+    return {key: text for key, (_, text) in best.items()}
+
+
+def _mean(values: List[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None

@@ -9,7 +9,7 @@ from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
-from spacy_bert_pipes.cli.convert import parse_folds
+from spacy_bert_pipes.cli.convert import parse_articles, parse_folds
 
 # Seen from the project root, the shared data sets are in ../shared/datasets.
 DATASETS = Path(__file__).resolve().parents[3] / "shared" / "datasets"
@@ -260,7 +260,7 @@ def test_ner_bad_options_are_usage_errors(tmp_path, extra, message):
 
 
 def test_help():
-    for command in ("textcat", "nluplusplus", "ner"):
+    for command in ("textcat", "nluplusplus", "ner", "squad", "restaurant8k"):
         result = runner.invoke(app, ["convert", command, "--help"])
         assert result.exit_code == 0
         assert f"bert-pipes convert {command}" in result.output
@@ -307,3 +307,140 @@ def test_convert_real_conll2003(tmp_path):
         assert f"Wrote {n_docs} docs with {n_ents} entities" in result.output
         docs = read_docs(output_path)
         assert sum(len(doc.ents) for doc in docs) == n_ents
+
+
+def write_squad(path: Path) -> Path:
+    # Three articles; "Panthers" is one character off in the second.
+    articles = []
+    for number, name in enumerate(["Broncos", "Panthers", "Patriots"], start=1):
+        context = f"The {name} won in {1990 + number}."
+        answer = {"text": name, "answer_start": 4 + (number == 2)}
+        qas = [
+            {"id": f"a{number}", "question": "Who won?", "answers": [answer]},
+            {"id": f"b{number}", "question": "Who lost?", "answers": [], "is_impossible": True},
+        ]
+        articles.append({"title": name, "paragraphs": [{"context": context, "qas": qas}]})
+    path.write_text(json.dumps({"version": "v2.0", "data": articles}))
+    return path
+
+
+def test_squad(tmp_path):
+    input_path = write_squad(tmp_path / "squad.json")
+    output_path = tmp_path / "test.spacy"
+    args = ["convert", "squad", str(input_path), str(output_path), "--articles", "2-3"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"Wrote 2 docs with 4 questions (2 answerable, 2 unanswerable) to {output_path}" in (
+        " ".join(result.output.split())
+    )
+    assert "Answers found away from their answer_start: 1;" in result.output
+    docs = read_docs(output_path)
+    assert [doc.text for doc in docs] == ["The Panthers won in 1992.", "The Patriots won in 1993."]
+    assert docs[0]._.questions == {"a2": "Who won?", "b2": "Who lost?"}
+    assert docs[0]._.gold_answers == {
+        "a2": ({"text": "Panthers", "start": 4, "end": 12},),
+        "b2": (),
+    }
+
+
+def test_squad_errors(tmp_path):
+    input_path = tmp_path / "squad.json"
+    input_path.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "paragraphs": [
+                            {
+                                "context": "Hi.",
+                                "qas": [
+                                    {
+                                        "id": "q1",
+                                        "question": "Who?",
+                                        "answers": [{"text": "Bye", "answer_start": 0}],
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        )
+    )
+    output_path = tmp_path / "train.spacy"
+    result = runner.invoke(app, ["convert", "squad", str(input_path), str(output_path)])
+    assert result.exit_code == 1
+    message = f'{input_path}:article 1, paragraph 1, question q1: answer "Bye" (answer_start 0)'
+    assert message in " ".join(result.stderr.split())
+    assert "Traceback" not in result.output
+    assert not output_path.exists()
+
+    result = runner.invoke(
+        app, ["convert", "squad", str(input_path), str(output_path), "--articles", "2-1"]
+    )
+    assert result.exit_code == 2
+    assert "expected an article number or a range like '1-38'" in " ".join(
+        result.stderr.replace("│", " ").split()
+    )
+
+
+@pytest.mark.parametrize("text,articles", [("1-38", (1, 38)), (" 39-48 ", (39, 48)), ("7", (7, 7))])
+def test_parse_articles(text, articles):
+    assert parse_articles(text) == articles
+
+
+@pytest.mark.parametrize("text", ["0-3", "5-4", "1,2", "", "x"])
+def test_parse_articles_invalid(text):
+    with pytest.raises(typer.BadParameter):
+        parse_articles(text)
+
+
+def test_restaurant8k(tmp_path):
+    records = [
+        {
+            "userInput": {"text": "6 a.m."},
+            "labels": [{"slot": "time", "valueSpan": {"endIndex": 6}}],
+        },
+        {"userInput": {"text": "Hi"}},
+    ]
+    input_path = tmp_path / "train_0.json"
+    input_path.write_text(json.dumps(records))
+    output_path = tmp_path / "train.spacy"
+    result = runner.invoke(app, ["convert", "restaurant8k", str(input_path), str(output_path)])
+    assert result.exit_code == 0, result.output
+    assert "Wrote 2 docs with 10 questions (1 answerable, 9 unanswerable)" in result.output
+    assert "Answers per slot: time 1" in result.output
+    docs = read_docs(output_path)
+    assert docs[0]._.questions["time"] == "What time?"
+    assert docs[0]._.gold_answers["time"] == ({"text": "6 a.m.", "start": 0, "end": 6},)
+    assert docs[1]._.gold_answers["time"] == ()
+
+
+def test_restaurant8k_errors_exit_1(tmp_path):
+    records = [{"userInput": {"text": "Hi"}, "labels": [{"slot": "peple"}]}]
+    input_path = tmp_path / "train_0.json"
+    input_path.write_text(json.dumps(records))
+    output_path = tmp_path / "train.spacy"
+    result = runner.invoke(app, ["convert", "restaurant8k", str(input_path), str(output_path)])
+    assert result.exit_code == 1
+    assert f"{input_path}:record 1: unknown slot 'peple'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not output_path.exists()
+
+
+@pytest.mark.slow
+def test_convert_real_restaurant8k(tmp_path):
+    folder = DATASETS / "restaurant8k"
+    if not folder.is_dir():
+        pytest.skip(f"no Restaurant-8k data at {folder}")
+    for split, n_docs, n_answers in [("train_0", 8198, 7635), ("test", 3731, 3477)]:
+        output_path = tmp_path / f"{split}.spacy"
+        result = runner.invoke(
+            app, ["convert", "restaurant8k", str(folder / f"{split}.json"), str(output_path)]
+        )
+        assert result.exit_code == 0, result.output
+        n_null = 5 * n_docs - n_answers
+        assert f"Wrote {n_docs} docs with {5 * n_docs} questions ({n_answers} answerable, " in (
+            result.output
+        )
+        assert f"{n_null} unanswerable)" in result.output

@@ -1,0 +1,145 @@
+"""The SQuAD scorer: per-question helpers against hand-computed values, then
+`score_qa` over Examples with `doc._.gold_answers` and `doc._.answers`."""
+
+from typing import Dict, List, Optional
+
+import pytest
+import spacy
+from spacy.training import Example
+from spacy.util import registry
+
+from spacy_bert_pipes.pipeline.common import ensure_qa_extensions
+from spacy_bert_pipes.scorers import exact_match, normalize_answer, score_qa, token_f1
+
+CONTEXT = "The Denver Broncos beat the Carolina Panthers 24-10 in Santa Clara."
+
+
+@pytest.mark.parametrize(
+    "text,normalized",
+    [
+        ("The Broncos", "broncos"),
+        ("  Denver   Broncos!  ", "denver broncos"),
+        ("a, an AND the...", "and"),
+        ("theater and Anna", "theater and anna"),  # articles only as whole words
+        ("24-10", "2410"),
+        ("Santa\nClara's", "santa claras"),
+        ("", ""),
+    ],
+)
+def test_normalize_answer(text, normalized):
+    assert normalize_answer(text) == normalized
+
+
+def test_exact_match():
+    assert exact_match("the Broncos", "Broncos") == 1.0
+    assert exact_match("Denver Broncos.", "denver broncos") == 1.0
+    assert exact_match("Denver Broncos", "Broncos") == 0.0
+    assert exact_match("", "") == 1.0
+    assert exact_match("", "Broncos") == 0.0
+
+
+def test_token_f1():
+    # 2 shared tokens: precision 2/3, recall 2/2, F1 = 2 * (2/3) / (5/3) = 0.8.
+    assert token_f1("Denver Broncos won", "the Denver Broncos") == pytest.approx(0.8)
+    # Bags of tokens: "x x y" and "x y y" share one x and one y: P = R = 2/3.
+    assert token_f1("x x y", "x y y") == pytest.approx(2 / 3)
+    assert token_f1("the Broncos", "Broncos") == 1.0
+    assert token_f1("Panthers", "Broncos") == 0.0
+    # No answer: 1.0 only against no answer ("the" normalizes to nothing).
+    assert token_f1("", "") == 1.0
+    assert token_f1("the", "") == 1.0
+    assert token_f1("", "Broncos") == 0.0
+    assert token_f1("Broncos", "") == 0.0
+
+
+def make_example(nlp, gold: Dict[str, List[str]], predicted: Optional[List[dict]]) -> Example:
+    ensure_qa_extensions()
+    reference = nlp.make_doc(CONTEXT)
+    reference._.questions = {key: f"question {key}?" for key in gold}
+    reference._.gold_answers = {
+        key: [
+            {"text": t, "start": CONTEXT.index(t), "end": CONTEXT.index(t) + len(t)} for t in texts
+        ]
+        for key, texts in gold.items()
+    }
+    doc = nlp.make_doc(CONTEXT)
+    doc._.answers = predicted
+    return Example(doc, reference)
+
+
+def answer(key: str, text: str, rank: int = 0) -> dict:
+    return {"key": key, "question": f"question {key}?", "text": text, "rank": rank}
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return spacy.blank("en")
+
+
+def test_score_qa(nlp):
+    examples = [
+        make_example(
+            nlp,
+            {
+                # Best of several references: exact with the second.
+                "winner": ["Denver Broncos", "Broncos"],
+                # Partial: F1 0.8 as in test_token_f1, exact 0.
+                "loser": ["Carolina Panthers"],
+                # No prediction at all: the empty answer, scored 0.
+                "score": ["24-10"],
+                "date": [],
+            },
+            [
+                answer("winner", "the Broncos"),
+                answer("loser", "the Carolina Panthers 24-10"),
+                # The rank-0 answer is scored, not a better one below it.
+                answer("date", "", rank=0),
+                answer("date", "Santa Clara", rank=1),
+            ],
+        ),
+        # No predictions on this doc: the unanswerable question is right.
+        make_example(nlp, {"where": ["Santa Clara"], "when": []}, None),
+    ]
+    scores = score_qa(examples)
+    # "carolina panthers 2410" against "carolina panthers": P = 2/3, R = 1.
+    loser_f1 = 0.8
+    assert scores["qa_n"] == 6
+    assert scores["qa_has_ans_n"] == 4
+    assert scores["qa_no_ans_n"] == 2
+    assert scores["qa_has_ans_exact"] == pytest.approx(1 / 4)
+    assert scores["qa_has_ans_f1"] == pytest.approx((1 + loser_f1) / 4)
+    assert scores["qa_no_ans_exact"] == scores["qa_no_ans_f1"] == 1.0
+    assert scores["qa_exact"] == pytest.approx(3 / 6)
+    assert scores["qa_f1"] == pytest.approx((3 + loser_f1) / 6)
+
+
+def test_score_qa_wrong_answer_to_unanswerable(nlp):
+    examples = [make_example(nlp, {"date": []}, [answer("date", "24-10")])]
+    scores = score_qa(examples)
+    assert scores["qa_exact"] == scores["qa_f1"] == 0.0
+    assert scores["qa_no_ans_exact"] == scores["qa_no_ans_f1"] == 0.0
+    assert scores["qa_has_ans_exact"] is None and scores["qa_has_ans_f1"] is None
+    assert (scores["qa_n"], scores["qa_has_ans_n"], scores["qa_no_ans_n"]) == (1, 0, 1)
+
+
+def test_score_qa_no_questions(nlp):
+    ensure_qa_extensions()
+    doc = nlp.make_doc(CONTEXT)
+    scores = score_qa([Example(doc, nlp.make_doc(CONTEXT))])
+    assert scores["qa_n"] == 0
+    assert scores["qa_exact"] is None and scores["qa_f1"] is None
+
+
+def test_score_qa_other_prediction_attribute(nlp):
+    from spacy.tokens import Doc
+
+    if not Doc.has_extension("my_answers"):
+        Doc.set_extension("my_answers", default=None)
+    eg = make_example(nlp, {"winner": ["Broncos"]}, [answer("winner", "Panthers")])
+    eg.predicted._.my_answers = [answer("winner", "Broncos")]
+    assert score_qa([eg])["qa_exact"] == 0.0
+    assert score_qa([eg], top_k_key="my_answers")["qa_exact"] == 1.0
+
+
+def test_qa_scorer_is_registered():
+    assert registry.scorers.get("spacy-bert-pipes.qa_scorer.v1")() is score_qa
