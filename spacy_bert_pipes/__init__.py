@@ -1,7 +1,7 @@
 """spacy-bert-pipes: BERT components for spaCy.
 
-Importing the package registers the factories (`bert_encoder`, `bert_textcat`, `bert_ner`)
-and the architectures, loaders and scorers; spaCy also finds them through the
+Importing the package registers the factories (`bert_encoder`, `bert_textcat`,
+`bert_ner`, `bert_qa`) and the architectures, loaders and scorers; spaCy also finds them through the
 package's entry points. torch and transformers are imported only when a
 component is built.
 """
@@ -12,12 +12,14 @@ from .models import encoder, heads, listener, loaders
 from .models.types import DocEncoding
 from .pipeline.encoder import BertEncoderPipe, make_bert_encoder
 from .pipeline.ner import BertEntityRecognizer, make_bert_ner
+from .pipeline.qa import BertQuestionAnswerer, make_bert_qa
 from .pipeline.textcat import BertTextCategorizer, make_bert_textcat
 
 __all__ = [
     "__version__",
     "BertEncoderPipe",
     "BertEntityRecognizer",
+    "BertQuestionAnswerer",
     "BertTextCategorizer",
     "DocEncoding",
     "encoder",
@@ -26,6 +28,7 @@ __all__ = [
     "loaders",
     "make_bert_encoder",
     "make_bert_ner",
+    "make_bert_qa",
     "make_bert_textcat",
     "scorers",
 ]

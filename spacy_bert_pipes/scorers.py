@@ -142,10 +142,16 @@ def score_qa(examples: Iterable[Example], *, top_k_key: str = "answers") -> Dict
         "qa_has_ans_exact" and "qa_has_ans_f1" over those with an answer,
         "qa_no_ans_exact" and "qa_no_ans_f1" over those without (between 0.0
         and 1.0; None where there are no such questions), and the numbers of
-        questions "qa_n", "qa_has_ans_n" and "qa_no_ans_n".
+        questions "qa_n", "qa_has_ans_n" and "qa_no_ans_n". Also span
+        precision, recall and F-score as used for slot filling (Restaurant-8k):
+        "qa_span_p", "qa_span_r", "qa_span_f", where a non-empty prediction
+        is a true positive when it exactly matches (normalized) a reference,
+        else a false positive (and a false negative when there was an answer),
+        and an empty prediction for a question with an answer is a false negative.
     """
     exact: Dict[bool, List[float]] = {True: [], False: []}  # has an answer -> scores
     f1: Dict[bool, List[float]] = {True: [], False: []}
+    tp = fp = fn = 0
     for eg in examples:
         gold = eg.reference._.gold_answers or {}
         predicted = _top_answers(getattr(eg.predicted._, top_k_key) or [])
@@ -154,8 +160,18 @@ def score_qa(examples: Iterable[Example], *, top_k_key: str = "answers") -> Dict
             # As the official script: references that normalize to nothing
             # (e.g. "the") are dropped; none left means no answer.
             references = [a["text"] for a in answers if normalize_answer(a["text"])] or [""]
-            exact[bool(answers)].append(max(exact_match(prediction, r) for r in references))
+            matched = max(exact_match(prediction, r) for r in references)
+            exact[bool(answers)].append(matched)
             f1[bool(answers)].append(max(token_f1(prediction, r) for r in references))
+            has_answer = references != [""]
+            if normalize_answer(prediction):
+                if has_answer and matched:
+                    tp += 1
+                else:
+                    fp += 1
+                    fn += int(has_answer)
+            elif has_answer:
+                fn += 1
     return {
         "qa_exact": _mean(exact[True] + exact[False]),
         "qa_f1": _mean(f1[True] + f1[False]),
@@ -166,6 +182,9 @@ def score_qa(examples: Iterable[Example], *, top_k_key: str = "answers") -> Dict
         "qa_n": len(exact[True]) + len(exact[False]),
         "qa_has_ans_n": len(exact[True]),
         "qa_no_ans_n": len(exact[False]),
+        "qa_span_p": tp / (tp + fp) if tp + fp else None,
+        "qa_span_r": tp / (tp + fn) if tp + fn else None,
+        "qa_span_f": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None,
     }
 
 

@@ -143,3 +143,23 @@ def test_score_qa_other_prediction_attribute(nlp):
 
 def test_qa_scorer_is_registered():
     assert registry.scorers.get("spacy-bert-pipes.qa_scorer.v1")() is score_qa
+
+
+def test_span_prf_for_slot_filling(nlp):
+    """TP: right span; FP: a span where there is none, or a wrong span (also FN);
+    FN: nothing where there is an answer."""
+    eg = make_example(
+        nlp,
+        {"people": ["Broncos"], "date": [], "time": ["24-10"], "name": ["Denver"], "place": []},
+        [
+            answer("people", "the Broncos"),  # TP (normalized match)
+            answer("date", "Santa Clara"),  # FP
+            answer("time", "Carolina"),  # FP + FN
+            answer("name", ""),  # FN
+            answer("place", ""),  # correct null: nothing counted
+        ],
+    )
+    scores = score_qa([eg])
+    assert scores["qa_span_p"] == pytest.approx(1 / 3)
+    assert scores["qa_span_r"] == pytest.approx(1 / 3)
+    assert scores["qa_span_f"] == pytest.approx(2 / (2 + 2 + 2))

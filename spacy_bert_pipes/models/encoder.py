@@ -43,6 +43,7 @@ class Pieces:
 
     ids: Ints1d  # (n_pieces,)
     offsets: Ints2d  # (n_pieces, 2)
+    words: Optional[Ints1d] = None  # the tokenizer's word index of each piece (n_pieces,)
 
 
 @registry.architectures("spacy-bert-pipes.BertEncoder.v1")
@@ -115,8 +116,9 @@ def is_loaded(encoder: Model) -> bool:
     return hf_shim(encoder).is_loaded
 
 
-def tokenize(encoder: Model, texts: Sequence[str]) -> List[Pieces]:
-    """Wordpieces and character offsets of each text (one tokenizer call per batch)."""
+def tokenize(encoder: Model, texts: Sequence[str], with_words: bool = False) -> List[Pieces]:
+    """Wordpieces and character offsets of each text (one tokenizer call per batch);
+    with `with_words`, also the word (pre-tokenizer unit) of each wordpiece."""
     tokenizer = hf_shim(encoder).tokenizer
     if not texts:  # the fast tokenizer fails on an empty batch
         return []
@@ -129,11 +131,16 @@ def tokenize(encoder: Model, texts: Sequence[str]) -> List[Pieces]:
         verbose=False,
     )
     out = []
-    for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"]):
+    for i, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
+        words = None
+        if with_words:
+            word_ids = [-1 if w is None else w for w in encoded.word_ids(i)]
+            words = cast(Ints1d, numpy.asarray(word_ids, dtype="i"))
         out.append(
             Pieces(
                 cast(Ints1d, numpy.asarray(ids, dtype="i")),
                 cast(Ints2d, numpy.asarray(offsets, dtype="i").reshape((-1, 2))),
+                words,
             )
         )
     return out

@@ -127,6 +127,7 @@ class HFCheckpointLoader:
         from transformers import (
             AutoConfig,
             AutoModel,
+            AutoModelForQuestionAnswering,
             AutoModelForSequenceClassification,
             AutoModelForTokenClassification,
             AutoTokenizer,
@@ -143,6 +144,7 @@ class HFCheckpointLoader:
             heads = {
                 "sequence": AutoModelForSequenceClassification,
                 "token": AutoModelForTokenClassification,
+                "qa": AutoModelForQuestionAnswering,
             }
             auto = heads.get(self._head or "", AutoModel)
             model = auto.from_pretrained(location, use_safetensors=True, **kwargs)
@@ -216,6 +218,20 @@ class HFCheckpointLoader:
             b=_to_numpy(output.bias),
         )
 
+    def question_answering(self) -> Optional[Tuple[Floats2d, Floats1d]]:
+        """The checkpoint's span-extraction layer (W (2, width), b (2,): start and
+        end logits), or None if it has none."""
+        model, _ = self._load()
+        if self._head != "qa":
+            return None
+        output = _get_module(model, "qa_outputs")
+        if output is None or tuple(output.weight.shape)[0] != 2:
+            raise ValueError(
+                f"The {model.config.model_type} question-answering checkpoint has no "
+                "`qa_outputs` layer with 2 outputs to import"
+            )
+        return _to_numpy(output.weight), _to_numpy(output.bias)
+
 
 def _head_kind(architectures: List[str]) -> Optional[str]:
     """Which fine-tuned head a checkpoint's `architectures` name, if any."""
@@ -224,6 +240,8 @@ def _head_kind(architectures: List[str]) -> Optional[str]:
             return "sequence"
         if name.endswith("ForTokenClassification"):
             return "token"
+        if name.endswith("ForQuestionAnswering"):
+            return "qa"
     return None
 
 

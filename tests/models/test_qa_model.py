@@ -1,0 +1,135 @@
+"""QAModel: pair windows as Hugging Face builds them, targets, span decoding."""
+
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+import torch
+
+from spacy_bert_pipes.models.encoder import BertEncoder
+from spacy_bert_pipes.models.loaders import HFCheckpoint
+from spacy_bert_pipes.models.qa import (
+    DocQAScores,
+    QAModel,
+    QAQuery,
+    WindowLogits,
+    answer_pieces,
+    decode_question,
+    window_targets,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n_threads)
+
+
+def make_model(tiny_bert: Path, **kwargs):  # type: ignore[no-untyped-def]
+    encoder = BertEncoder(max_length=16, stride=4)
+    HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+    model = QAModel(encoder, **kwargs)
+    model.initialize()
+    return model
+
+
+def test_windows_match_transformers_overflowing_tokens(tiny_bert: Path) -> None:
+    """The windows are exactly the tokenizer's question/context pairs with
+    truncation="only_second", stride and return_overflowing_tokens."""
+    from spacy_bert_pipes.models import encoder as encoder_module
+
+    model = make_model(tiny_bert, max_seq_len=24, doc_stride=5, max_question_len=10)
+    tokenizer = model.get_ref("encoder").shims[0].tokenizer
+    nlp = spacy.blank("en")
+    context = "john smith is in paris and the bank of london is a company . " * 3
+    question = "where is the bank ?"
+    seen = []
+    original = encoder_module.run_windows
+
+    def capture(encoder, windows, is_train):  # type: ignore[no-untyped-def]
+        seen.extend(windows)
+        return original(encoder, windows, is_train)
+
+    encoder_module.run_windows = capture
+    try:
+        model.predict([QAQuery(nlp.make_doc(context), [question])])
+    finally:
+        encoder_module.run_windows = original
+    expected = tokenizer(
+        question,
+        context,
+        truncation="only_second",
+        max_length=24,
+        stride=5,
+        return_overflowing_tokens=True,
+        return_token_type_ids=True,
+    )
+    assert len(seen) == len(expected["input_ids"]) > 2
+    for (ids, types), hf_ids, hf_types in zip(
+        seen, expected["input_ids"], expected["token_type_ids"]
+    ):
+        assert list(ids) == hf_ids
+        assert list(types) == hf_types
+
+
+def test_output_layout_and_truncation(tiny_bert: Path) -> None:
+    model = make_model(tiny_bert, max_seq_len=24, doc_stride=5, max_question_len=4)
+    nlp = spacy.blank("en")
+    queries = [
+        QAQuery(
+            nlp.make_doc("john smith is in paris " * 4), ["who ?", "where is the bank of london ?"]
+        ),
+        QAQuery(nlp.make_doc(""), ["who ?"]),
+        QAQuery(nlp.make_doc("hello"), []),
+    ]
+    out = model.predict(queries)
+    assert [len(o.questions) for o in out] == [2, 1, 0]
+    assert out[0].truncated == [False, True]
+    n_pieces = len(out[0].offsets)
+    for windows in out[0].questions:
+        covered = set()
+        for w in windows:
+            assert w.start_logits.shape == w.end_logits.shape == (1 + w.end - w.start,)
+            covered.update(range(w.start, w.end))
+        assert covered == set(range(n_pieces))
+    empty = out[1].questions[0]
+    assert len(empty) == 1 and empty[0].start_logits.shape == (1,)
+
+
+def test_bad_window_settings() -> None:
+    encoder = BertEncoder()
+    with pytest.raises(ValueError, match="doc_stride"):
+        QAModel(encoder, max_seq_len=64, doc_stride=40, max_question_len=30)
+
+
+def test_answer_pieces_and_window_targets() -> None:
+    offsets = numpy.asarray([[0, 4], [5, 10], [11, 13], [14, 16], [17, 22]], dtype="i")
+    assert answer_pieces(offsets, (5, 13)) == (1, 2)
+    assert answer_pieces(offsets, (6, 8)) == (1, 1)  # inside a piece
+    assert answer_pieces(offsets, (4, 5)) == (-1, -1)  # only a space
+    windows = [
+        WindowLogits(0, 3, numpy.zeros(4, "f"), numpy.zeros(4, "f")),
+        WindowLogits(2, 5, numpy.zeros(4, "f"), numpy.zeros(4, "f")),
+    ]
+    scores = DocQAScores(offsets, numpy.arange(5, dtype="i"), [windows], [False])
+    # [CLS] is row 0, so piece p of a window starting at s is row 1 + p - s
+    assert window_targets(scores, 0, (5, 13)) == [(2, 3), (0, 0)]
+    assert window_targets(scores, 0, (11, 22)) == [(0, 0), (1, 3)]
+    assert window_targets(scores, 0, None) == [(0, 0), (0, 0)]
+
+
+def test_decode_question_scores_like_the_pipeline() -> None:
+    start = numpy.log(numpy.asarray([0.1, 0.6, 0.2, 0.1], dtype="f"))
+    end = numpy.log(numpy.asarray([0.2, 0.1, 0.2, 0.5], dtype="f"))
+    window = WindowLogits(10, 13, start, end)
+    candidates, null = decode_question([window], max_answer_len=15, top_k=2)
+    assert null == pytest.approx(0.1 * 0.2)
+    assert (candidates[0].first, candidates[0].last) == (10, 12)
+    assert candidates[0].score == pytest.approx(0.6 * 0.5)
+    assert candidates[1].score == pytest.approx(0.6 * 0.2)
+    short, _ = decode_question([window], max_answer_len=1, top_k=1)
+    assert (short[0].first, short[0].last) == (10, 10)  # the span of length 1 wins
+    assert short[0].score == pytest.approx(0.6 * 0.1)
