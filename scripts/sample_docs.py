@@ -25,7 +25,8 @@ def main(
         keep = sorted(random.Random(seed).sample(range(len(docs)), n))
         docs = [docs[i] for i in keep]
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    DocBin(docs=docs, store_user_data=False).to_disk(output_path)
+    # user data holds e.g. the questions and gold answers of QA docs
+    DocBin(docs=docs, store_user_data=True).to_disk(output_path)
     typer.echo(f"Wrote {len(docs)} docs to {output_path}")
 
 

@@ -23,6 +23,11 @@ SMALL = {
     "ner_warmup": 2,
     "ner_eval_frequency": 100,
     "ner_dev_docs": 10,
+    "qa_slots_steps": 4,
+    "qa_slots_warmup": 1,
+    "qa_slots_eval_frequency": 100,
+    "qa_slots_dev_size": 20,
+    "qa_slots_test_size": 40,
     "shared_datasets": str(SHARED),
 }
 
@@ -59,8 +64,11 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
     ner = json.loads((project / "metrics" / "ner.json").read_text())
     assert 0.0 <= ner["ents_f"] <= 1.0
     assert set(ner["ents_per_type"]) <= {"LOC", "MISC", "ORG", "PER"}
+    slots = json.loads((project / "metrics" / "qa_slots.json").read_text())
+    assert slots["qa_n"] == 40 * 5  # every slot question of every request is scored
+    assert 0.0 <= slots["qa_f1"] <= 1.0
     assert (project / "training" / "textcat" / "model-last" / "config.cfg").exists()
     assert json.loads((project / "metrics" / "textcat_train_time.json").read_text())["seconds"] > 0
     # Nothing changed: the second run skips every command.
     second = run_all(project)
-    assert second.count("Skipping") >= 10, second
+    assert second.count("Skipping") >= 13, second
