@@ -10,6 +10,6 @@ app = typer.Typer(
 )
 
 # Each module registers its commands on `app` when imported.
-from . import convert  # noqa: E402,F401
+from . import annotate, convert  # noqa: E402,F401
 
 __all__ = ["app"]

@@ -1,0 +1,165 @@
+"""`bert-pipes annotate ...`: annotate a large collection with a trained pipeline."""
+
+from pathlib import Path
+from typing import NoReturn, Optional
+
+import spacy
+import typer
+
+from ..annotate import (
+    DEFAULT_MAX_LENGTH,
+    AnnotateError,
+    AnnotateOptions,
+    InputFormat,
+    load_pipeline,
+    prepare_run,
+    read_questions_file,
+    run_annotation,
+)
+from ..convert import ConversionError
+
+# `cli/__init__.py` defines `app` before it imports this module.
+from . import app
+
+
+@app.command("annotate")
+def annotate_cli(
+    pipeline: str = typer.Argument(
+        ...,
+        help="A trained pipeline: a folder saved with nlp.to_disk, or a package name",
+        metavar="PIPELINE",
+    ),
+    input_path: Path = typer.Argument(
+        ...,
+        help="A .csv file with a header row, a .jsonl file of JSON objects, a .parquet "
+        "file, or a folder of .txt files (one doc per file)",
+        metavar="INPUT",
+        exists=True,
+    ),
+    output_path: Path = typer.Argument(
+        ...,
+        help="The .jsonl, .csv or .parquet file to write",
+        metavar="OUTPUT",
+        dir_okay=False,
+    ),
+    input_format: InputFormat = typer.Option(
+        "auto",
+        "--input-format",
+        help="The input format; auto: by suffix, and a folder is a folder of .txt files",
+    ),
+    text_column: str = typer.Option(
+        "text", "--text-column", help="The column (CSV, Parquet) or field (JSONL) of the text"
+    ),
+    id_column: Optional[str] = typer.Option(
+        None,
+        "--id-column",
+        help="The column or field of each row's id (default: 'id' where the input has "
+        "it, else the 0-based row number as a string; a .txt file's id is its path "
+        "relative to INPUT)",
+        show_default=False,
+    ),
+    questions_path: Optional[Path] = typer.Option(
+        None,
+        "--questions",
+        help="A JSON object {key: question} of questions asked of every doc, besides "
+        "the pipeline's own (needs a bert_qa component)",
+        exists=True,
+        dir_okay=False,
+    ),
+    questions_column: Optional[str] = typer.Option(
+        None,
+        "--questions-column",
+        help="A column or field of each row's own questions: a JSON object "
+        "{key: question} (or an object in JSONL and Parquet)",
+    ),
+    chunk_size: int = typer.Option(
+        1000,
+        "--chunk-size",
+        min=1,
+        help="Rows per chunk: each finished chunk is saved, and a rerun after a crash "
+        "resumes after the last saved one",
+    ),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Docs per nlp.pipe batch"),
+    n_process: int = typer.Option(
+        1, "--n-process", min=1, help="Processes for nlp.pipe (they start once per chunk)"
+    ),
+    gpu_id: int = typer.Option(-1, "--gpu-id", help="The GPU to use; -1 runs on the CPU"),
+    max_length: int = typer.Option(
+        DEFAULT_MAX_LENGTH,
+        "--max-length",
+        min=1,
+        help="The longest text in characters; a longer one is an error row",
+    ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Discard an unfinished run (OUTPUT.parts) even if its input or settings differ",
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit with code 1 if any row could not be annotated"
+    ),
+) -> None:
+    """Annotate a collection with a trained pipeline, in restartable chunks.
+
+    OUTPUT gets exactly one row per annotated input row, in input order:
+    "id", "cats" ({label: probability}, or null without a text classifier),
+    "entities" ([{"text", "label", "start", "end", "score"}] from doc.ents,
+    character offsets) and "answers" (bert_qa's doc._.answers, or []). In CSV
+    and Parquet the last three are JSON strings.
+
+    A row that cannot be annotated (null text, invalid UTF-8, a duplicate id,
+    ...) goes to OUTPUT.errors.jsonl with its id, row number, source line and
+    reason; the summary shows input rows = output rows + error rows.
+
+    Finished chunks are kept in OUTPUT.parts until the end: after a crash or a
+    kill, run the same command again to resume; the result is the same as
+    that of an uninterrupted run.
+    """
+    try:
+        questions = read_questions_file(questions_path) if questions_path else {}
+        options = AnnotateOptions(
+            input_format=input_format,
+            text_column=text_column,
+            id_column=id_column,
+            questions=questions,
+            questions_column=questions_column,
+            chunk_size=chunk_size,
+            max_length=max_length,
+            batch_size=batch_size,
+            n_process=n_process,
+            overwrite=overwrite,
+        )
+        run = prepare_run(pipeline, input_path, output_path, options)
+        if run.done:
+            n_done = len(run.done)
+            typer.echo(
+                f"Resuming the unfinished run in {run.parts_dir}: {n_done} "
+                f"chunk{'s' if n_done != 1 else ''} of {chunk_size} rows already done"
+            )
+        if gpu_id >= 0:
+            spacy.require_gpu(gpu_id)
+        nlp = load_pipeline(pipeline, options)
+        summary = run_annotation(run, nlp, progress=True)
+    except (ConversionError, AnnotateError) as err:
+        _fail(str(err))
+    except OSError as err:  # spacy.load: no such pipeline
+        _fail(f"{pipeline}: {err}")
+    typer.secho(
+        f"Input rows: {summary.input_rows} = output rows {summary.output_rows} "
+        f"({summary.output_path}) + error rows {summary.error_rows} ({summary.errors_path})",
+        fg="green",
+    )
+    if summary.error_rows:
+        typer.secho(
+            f"Warning: {summary.error_rows} rows could not be annotated; their reasons are "
+            f"in {summary.errors_path}",
+            fg="yellow",
+            err=True,
+        )
+        if strict:
+            raise typer.Exit(code=1)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(message, fg="red", err=True)
+    raise typer.Exit(code=1)
