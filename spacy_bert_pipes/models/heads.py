@@ -82,6 +82,7 @@ def _textcat_init(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None
 def TokenTaggerModel(
     encoder: Model[List[Doc], List[DocEncoding]],
     token_vector: TokenVector = "first",
+    case_features: bool = True,
     dropout: float = 0.1,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
@@ -91,18 +92,23 @@ def TokenTaggerModel(
         EncoderListener to share an upstream `bert_encoder` component.
     token_vector (str): "first" takes each token's first wordpiece (as BERT's
         paper tags words); "mean" averages the token's wordpieces.
+    case_features (bool): Append the spaCy token's casing class (lower, Title,
+        UPPER, mixed, digits, other) and a sentence-start flag to its vector. An
+        uncased encoder (the default one) never sees capitals, a strong cue for
+        names; with a cased encoder this is redundant but harmless.
     dropout (float): Dropout on the token vectors during training.
     nO (Optional[int]): Number of tags, inferred from the data if unset.
     RETURNS (Model[List[Doc], List[Floats2d]]): Tag probabilities per doc,
         (n_tokens, n_tags); a token without wordpieces (whitespace) gets a zero vector.
     """
-    features = token_features(encoder, token_vector)
+    features = token_features(encoder, token_vector, case_features)
     output = logits_output(exclusive=True, nO=nO)
     per_token: Model[Floats2d, Floats2d] = chain(
         cast(Model[Floats2d, Floats2d], Dropout(dropout)), output
     )
     model: Model[List[Doc], List[Floats2d]] = chain(features, with_array(per_token), ragged2list())
     model.attrs["token_vector"] = token_vector
+    model.attrs["case_features"] = case_features
     model.set_ref("encoder", encoder)
     model.set_ref("output", output)
     model.init = _tagger_init
@@ -114,7 +120,8 @@ def _tagger_init(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None)
     if encoder.has_dim("nO") is not True:
         encoder.initialize()
     output = model.get_ref("output")
-    output.set_dim("nI", encoder.get_dim("nO"), force=True)
+    extra = N_CASE_FEATURES if model.attrs["case_features"] else 0
+    output.set_dim("nI", encoder.get_dim("nO") + extra, force=True)
     if Y is not None:  # a sample of tag scores: one (n_tokens, n_tags) array, or a list
         sample = Y[0] if isinstance(Y, list) else Y
         output.set_dim("nO", sample.shape[1], force=True)
@@ -123,12 +130,16 @@ def _tagger_init(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None)
 
 
 def token_features(
-    encoder: Model[List[Doc], List[DocEncoding]], token_vector: TokenVector
+    encoder: Model[List[Doc], List[DocEncoding]],
+    token_vector: TokenVector,
+    case_features: bool = False,
 ) -> Model[List[Doc], Ragged]:
-    """One vector per spaCy token, from the wordpieces aligned to it by characters.
+    """One vector per spaCy token, from the wordpieces aligned to it by characters,
+    optionally followed by the token's casing features (`case_features_of`).
 
     RETURNS (Model[List[Doc], Ragged]): All docs' token vectors, concatenated,
-        with the number of tokens of each doc as lengths. (n_tokens, width)
+        with the number of tokens of each doc as lengths.
+        (n_tokens, width [+ N_CASE_FEATURES])
     """
     if token_vector not in ("first", "mean"):
         raise ValueError(f"token_vector must be 'first' or 'mean', got {token_vector!r}")
@@ -148,10 +159,15 @@ def token_features(
             rows.append(_segment_mean(xp, enc.wordpieces, starts, lengths, encoder))
         width = encoder.get_dim("nO")
         data = xp.concatenate(rows) if rows else xp.zeros((0, width), dtype="f")
+        if case_features:
+            cases = [case_features_of(doc) for doc in docs]
+            flags = numpy.concatenate(cases) if cases else numpy.zeros((0, N_CASE_FEATURES), "f")
+            data = xp.concatenate([data, xp.asarray(flags)], axis=1)
         sizes = model.ops.asarray1i([len(doc) for doc in docs])
 
         def backprop(d_ragged: Ragged) -> List[Doc]:
-            d_tokens = cast(Floats2d, d_ragged.dataXd)
+            d_all = cast(Floats2d, d_ragged.dataXd)
+            d_tokens = d_all[:, :width]  # the casing features have no parameters
             grads = []
             offset = 0
             for starts, lengths, n_pieces in plans:
@@ -165,6 +181,32 @@ def token_features(
         return Ragged(data, sizes), backprop
 
     return Model("token_features", forward, layers=[encoder], dims={"nO": None})
+
+
+# Casing classes (one-hot) + a sentence-start flag.
+N_CASE_FEATURES = 7
+
+
+def case_features_of(doc: Doc) -> numpy.ndarray:
+    """Per token: one-hot casing class (lower, Title, UPPER, mixed letters, digits
+    without letters, other) and whether the token starts a sentence. (n_tokens, 7)"""
+    out = numpy.zeros((len(doc), N_CASE_FEATURES), dtype="f")
+    for i, token in enumerate(doc):
+        letters = [c for c in token.text if c.isalpha()]
+        if letters:
+            if all(c.islower() for c in letters):
+                kind = 0
+            elif letters[0].isupper() and all(c.islower() for c in letters[1:]):
+                kind = 1
+            elif all(c.isupper() for c in letters):
+                kind = 2
+            else:
+                kind = 3
+        else:
+            kind = 4 if any(c.isdigit() for c in token.text) else 5
+        out[i, kind] = 1.0
+        out[i, 6] = float(i == 0 or token.is_sent_start is True)
+    return out
 
 
 def _segment_mean(

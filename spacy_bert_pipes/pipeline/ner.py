@@ -376,7 +376,14 @@ class BertEntityRecognizer(TrainablePipe):
         order = [imported.tags.index(tag) for tag in self.tag_set.tags]
         ops = self.model.ops
         output = self.model.get_ref("output")
-        W = cast(Floats2d, numpy.ascontiguousarray(imported.W[order]))
+        W_imported: numpy.ndarray = numpy.asarray(imported.W)[order]
+        n_inputs = output.get_dim("nI")
+        if n_inputs > W_imported.shape[1]:
+            # Columns for the casing features start at zero: the imported head's
+            # predictions are unchanged until training teaches it to use them.
+            extra = numpy.zeros((W_imported.shape[0], n_inputs - W_imported.shape[1]), "f")
+            W_imported = numpy.concatenate([W_imported, extra], axis=1)
+        W = cast(Floats2d, numpy.ascontiguousarray(W_imported, dtype="f"))
         b = cast(Floats1d, numpy.ascontiguousarray(imported.b[order]))
         output.set_param("W", ops.asarray2f(W))
         output.set_param("b", ops.asarray1f(b))

@@ -10,9 +10,11 @@ from thinc.types import Ragged
 
 from spacy_bert_pipes.models.encoder import BertEncoder
 from spacy_bert_pipes.models.heads import (
+    N_CASE_FEATURES,
     TextCatModel,
     TokenTaggerModel,
     activation,
+    case_features_of,
     cls_pooling,
     logits_output,
     mean_pooling,
@@ -303,3 +305,37 @@ def test_token_tagger_overfits(tiny_bert, nlp, token_vector):
         assert_allclose(p.sum(axis=1), 1.0, rtol=1e-5)
         assert list(p.argmax(axis=1)) == list(t)
     assert model.predict([]) == []
+
+
+def test_case_features(nlp):
+    from spacy.tokens import Doc
+
+    doc = Doc(
+        nlp.vocab,
+        words=["EU", "rejects", "German", "iPhone", "1996-08-22", ".", "Peter"],
+        sent_starts=[True, False, False, False, False, False, True],
+    )
+    feats = case_features_of(doc)
+    assert feats.shape == (7, N_CASE_FEATURES)
+    assert list(feats[:, :6].argmax(axis=1)) == [2, 0, 1, 3, 4, 5, 1]
+    assert list(feats[:, 6]) == [1, 0, 0, 0, 0, 0, 1]
+    assert (feats[:, :6].sum(axis=1) == 1).all()
+
+
+def test_token_features_with_case_features(nlp):
+    docs = [nlp.make_doc("John lives in PARIS"), nlp.make_doc("")]
+    encodings = [
+        DocEncoding(
+            cls=numpy.zeros((4,), "f"),
+            wordpieces=numpy.ones((len(piece_offsets(d)), 4), "f"),
+            offsets=piece_offsets(d),
+        )
+        for d in docs
+    ]
+    encoder, received = FixedEncoder.make(encodings, 4)
+    ragged, backprop = token_features(encoder, "first", case_features=True).begin_update(docs)
+    X = ragged.dataXd
+    assert X.shape == (4, 4 + N_CASE_FEATURES)
+    assert_allclose(X[:, 4:], case_features_of(docs[0]))
+    backprop(Ragged(numpy.ones_like(X), ragged.lengths))
+    assert received[0].d_wordpieces.shape == encodings[0].wordpieces.shape
