@@ -26,7 +26,8 @@ Entity = Tuple[int, int, str]
 
 
 def join(docs: List[Doc], vocab: spacy.vocab.Vocab) -> Tuple[Doc, List[int]]:
-    """One doc made of several, with the character offset of each part."""
+    """One doc made of several, with the character offset of each part. It has
+    no sentence boundaries: like raw text, it is one long stretch of tokens."""
     words: List[str] = []
     offsets = []
     position = 0

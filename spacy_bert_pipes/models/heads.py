@@ -187,10 +187,17 @@ def token_features(
 N_CASE_FEATURES = 7
 
 
+# Without sentence boundaries on a doc, a token after one of these starts a sentence.
+_SENTENCE_END = {".", "!", "?", "...", "\n"}
+
+
 def case_features_of(doc: Doc) -> numpy.ndarray:
     """Per token: one-hot casing class (lower, Title, UPPER, mixed letters, digits
-    without letters, other) and whether the token starts a sentence. (n_tokens, 7)"""
+    without letters, other) and whether the token starts a sentence: from the
+    doc's sentence boundaries, or if it has none, after sentence-final punctuation
+    or a line break. (n_tokens, 7)"""
     out = numpy.zeros((len(doc), N_CASE_FEATURES), dtype="f")
+    has_sentences = doc.has_annotation("SENT_START")
     for i, token in enumerate(doc):
         letters = [c for c in token.text if c.isalpha()]
         if letters:
@@ -205,7 +212,12 @@ def case_features_of(doc: Doc) -> numpy.ndarray:
         else:
             kind = 4 if any(c.isdigit() for c in token.text) else 5
         out[i, kind] = 1.0
-        out[i, 6] = float(i == 0 or token.is_sent_start is True)
+        if has_sentences:
+            starts = i == 0 or token.is_sent_start is True
+        else:
+            previous = doc[i - 1].text if i else ""
+            starts = i == 0 or previous in _SENTENCE_END or "\n" in previous
+        out[i, 6] = float(starts)
     return out
 
 

@@ -339,3 +339,14 @@ def test_token_features_with_case_features(nlp):
     assert_allclose(X[:, 4:], case_features_of(docs[0]))
     backprop(Ragged(numpy.ones_like(X), ragged.lengths))
     assert received[0].d_wordpieces.shape == encodings[0].wordpieces.shape
+
+
+def test_case_features_guess_sentence_starts_without_boundaries(nlp):
+    doc = nlp.make_doc("Peter left. Then Mary came!\nJohn")
+    assert not doc.has_annotation("SENT_START")
+    starts = case_features_of(doc)[:, 6]
+    assert [t.text for t, s in zip(doc, starts) if s and not t.is_space] == [
+        "Peter",
+        "Then",
+        "John",
+    ]
