@@ -25,17 +25,22 @@ CONLL = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "co
 Entity = Tuple[int, int, str]
 
 
-def join(docs: List[Doc], vocab: spacy.vocab.Vocab) -> Tuple[Doc, List[int]]:
-    """One doc made of several, with the character offset of each part. It has
-    no sentence boundaries: like raw text, it is one long stretch of tokens."""
+def join(docs: List[Doc], vocab: spacy.vocab.Vocab, keep_sentences: bool) -> Tuple[Doc, List[int]]:
+    """One doc made of several, with the character offset of each part. Without
+    `keep_sentences` it has no sentence boundaries, like raw text."""
     words: List[str] = []
+    starts: List[bool] = []
     offsets = []
     position = 0
     for doc in docs:
         offsets.append(position)
         words.extend(t.text for t in doc)
+        starts.extend([True] + [False] * (len(doc) - 1))
         position += len(doc.text) + 1
-    return Doc(vocab, words=words, spaces=[True] * (len(words) - 1) + [False]), offsets
+    spaces = [True] * (len(words) - 1) + [False]
+    if keep_sentences:
+        return Doc(vocab, words=words, spaces=spaces, sent_starts=starts), offsets
+    return Doc(vocab, words=words, spaces=spaces), offsets
 
 
 def entities(doc: Doc, shift: int = 0) -> Set[Entity]:
@@ -55,6 +60,9 @@ def tags_valid(doc: Doc) -> bool:
 def main(
     pipeline: Path = typer.Argument(..., help="A trained pipeline with bert_ner writing doc.ents"),
     words: int = typer.Option(5000, help="Minimum words per long document"),
+    keep_sentences: bool = typer.Option(
+        False, help="Give the long documents the sentences' boundaries (default: none)"
+    ),
     data: Path = typer.Option(CONLL / "test.txt", help="CoNLL-2003 file"),
     output: Path = typer.Option(Path("bench/results/ner_windows.json"), help="JSON results"),
 ) -> None:
@@ -74,7 +82,7 @@ def main(
     start = time.perf_counter()
     per_doc = []
     for group in groups:
-        long_doc, offsets = join(group, nlp.vocab)
+        long_doc, offsets = join(group, nlp.vocab, keep_sentences)
         long_doc = nlp(long_doc)
         valid &= tags_valid(long_doc)
         expected: Set[Entity] = set()
@@ -91,7 +99,9 @@ def main(
         n_agree += len(found & expected)
     seconds_long = time.perf_counter() - start
     result = {
-        "command": f"python bench/ner_windows.py {pipeline} --words {words}",
+        "command": f"python bench/ner_windows.py {pipeline} --words {words}"
+        + (" --keep-sentences" if keep_sentences else ""),
+        "long_docs_have_sentence_boundaries": keep_sentences,
         "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
         "pipeline": str(pipeline),
         "encoder": nlp.get_pipe("bert_ner").model.get_ref("encoder").attrs.get("max_length"),
