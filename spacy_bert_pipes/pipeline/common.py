@@ -1,9 +1,10 @@
 """Small helpers shared by the components (no torch here)."""
 
-from typing import Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
-from thinc.api import Model
+from thinc.api import Model, Optimizer, set_dropout_rate
 
 from ..models.encoder import is_loaded
 from ..models.listener import ENCODING_ATTR, EncoderListener
@@ -59,3 +60,25 @@ def ensure_qa_extensions() -> None:
     for name in QA_EXTENSIONS:
         if not Doc.has_extension(name):
             Doc.set_extension(name, default=None)
+
+
+def train_step(
+    pipe: TrainablePipe,
+    inputs: Any,
+    loss_fn: Callable[[Any], Tuple[float, Any]],
+    *,
+    drop: float,
+    sgd: Optional[Optimizer],
+    losses: Dict[str, float],
+) -> Dict[str, float]:
+    """One update of a pipe's model: forward on `inputs`, `loss_fn(scores)` gives
+    the loss and its gradient, backward, then the optimizer step if `sgd` is set."""
+    losses.setdefault(pipe.name, 0.0)
+    set_dropout_rate(pipe.model, drop)
+    scores, backprop = pipe.model.begin_update(inputs)
+    loss, d_scores = loss_fn(scores)
+    backprop(d_scores)
+    if sgd is not None:
+        pipe.finish_update(sgd)
+    losses[pipe.name] += loss
+    return losses

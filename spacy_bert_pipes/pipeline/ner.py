@@ -20,7 +20,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
 from ..models.loaders import HFCheckpointLoader, TaggerWeights
@@ -34,7 +34,7 @@ from ..models.tags import (
     split_tag,
     viterbi,
 )
-from .common import ensure_encoding_extension, load_encoder, own_encoder
+from .common import ensure_encoding_extension, load_encoder, own_encoder, train_step
 
 DEFAULT_NER_MODEL = """
 [model]
@@ -228,19 +228,16 @@ class BertEntityRecognizer(TrainablePipe):
         sgd: Optional[Optimizer] = None,
         losses: Optional[Dict[str, float]] = None,
     ) -> Dict[str, float]:
-        if losses is None:
-            losses = {}
-        losses.setdefault(self.name, 0.0)
         examples = list(examples)
         validate_examples(examples, "BertEntityRecognizer.update")
-        set_dropout_rate(self.model, drop)
-        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
-        loss, d_scores = self.get_loss(examples, scores)
-        backprop(d_scores)
-        if sgd is not None:
-            self.finish_update(sgd)
-        losses[self.name] += loss
-        return losses
+        return train_step(
+            self,
+            [eg.predicted for eg in examples],
+            lambda scores: self.get_loss(examples, scores),
+            drop=drop,
+            sgd=sgd,
+            losses={} if losses is None else losses,
+        )
 
     def gold_tags(self, example: Example, index: int = 0) -> List[Optional[str]]:
         """The reference entities as tags of the predicted tokens (None: unknown).

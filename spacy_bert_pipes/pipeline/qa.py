@@ -8,7 +8,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Ints1d, Ints2d
 
 from ..models.loaders import HFCheckpointLoader
@@ -20,7 +20,13 @@ from ..models.qa import (
     softmax,
     window_targets,
 )
-from .common import ensure_encoding_extension, ensure_qa_extensions, load_encoder, own_encoder
+from .common import (
+    ensure_encoding_extension,
+    ensure_qa_extensions,
+    load_encoder,
+    own_encoder,
+    train_step,
+)
 
 DEFAULT_QA_MODEL = """
 [model]
@@ -321,22 +327,21 @@ class BertQuestionAnswerer(TrainablePipe):
         sgd: Optional[Optimizer] = None,
         losses: Optional[Dict[str, float]] = None,
     ) -> Dict[str, float]:
-        if losses is None:
-            losses = {}
+        losses = {} if losses is None else losses
         losses.setdefault(self.name, 0.0)
         examples = list(examples)
         validate_examples(examples, "BertQuestionAnswerer.update")
         queries, golds = self._training_queries(examples)
         if not any(q.questions for q in queries):
             return losses
-        set_dropout_rate(self.model, drop)
-        scores, backprop = self.model.begin_update(queries)
-        loss, d_scores = self._loss(scores, golds)
-        backprop(d_scores)
-        if sgd is not None:
-            self.finish_update(sgd)
-        losses[self.name] += loss
-        return losses
+        return train_step(
+            self,
+            queries,
+            lambda scores: self._loss(scores, golds),
+            drop=drop,
+            sgd=sgd,
+            losses=losses,
+        )
 
     def get_loss(self, examples: Iterable[Example], scores: List[DocQAScores]) -> Tuple[float, Any]:
         """Cross-entropy of the gold start and end wordpiece in every window

@@ -20,11 +20,11 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d
 
 from ..models.loaders import ClassifierWeights, HFCheckpointLoader
-from .common import ensure_encoding_extension, load_encoder, own_encoder
+from .common import ensure_encoding_extension, load_encoder, own_encoder, train_step
 
 DEFAULT_TEXTCAT_MODEL = """
 [model]
@@ -169,19 +169,16 @@ class BertTextCategorizer(TrainablePipe):
         sgd: Optional[Optimizer] = None,
         losses: Optional[Dict[str, float]] = None,
     ) -> Dict[str, float]:
-        if losses is None:
-            losses = {}
-        losses.setdefault(self.name, 0.0)
         examples = list(examples)
         validate_examples(examples, "BertTextCategorizer.update")
-        set_dropout_rate(self.model, drop)
-        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
-        loss, d_scores = self.get_loss(examples, scores)
-        backprop(d_scores)
-        if sgd is not None:
-            self.finish_update(sgd)
-        losses[self.name] += loss
-        return losses
+        return train_step(
+            self,
+            [eg.predicted for eg in examples],
+            lambda scores: self.get_loss(examples, scores),
+            drop=drop,
+            sgd=sgd,
+            losses={} if losses is None else losses,
+        )
 
     def _truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
         """Gold labels (n_docs, n_labels) and a mask of the labels that are annotated."""
