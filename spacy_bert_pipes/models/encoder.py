@@ -51,7 +51,7 @@ def BertEncoder(
     max_length: int = 128,
     stride: int = 32,
     max_batch_tokens: int = 4096,
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32",
+    precision: Literal["fp32", "bf16", "fp16", "int8", "auto"] = "fp32",
     frozen_layers: Union[int, Literal["all"]] = 0,
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
 ) -> Model[List[Doc], List[DocEncoding]]:
@@ -64,8 +64,11 @@ def BertEncoder(
     stride (int): Wordpieces shared by consecutive windows of a long text.
     max_batch_tokens (int): Padded wordpieces per transformer batch; windows of many
         docs are sorted by length and packed under this budget.
-    precision (str): "fp32", or autocast to "bf16" / "fp16" (fp16 with loss scaling;
-        bf16 also runs on CPUs with AMX / AVX-512 BF16).
+    precision (str): "fp32"; autocast to "bf16" / "fp16" (fp16 with loss scaling, GPU
+        only; bf16 is fast on GPUs and on CPUs with AMX / AVX-512 BF16, slow on
+        other CPUs); "int8": train in fp32, predict on the CPU with dynamically
+        quantized int8 linear layers; "auto": bf16 where the device has fast bf16
+        (see `hf_shim.cpu_has_fast_bf16`), fp32 elsewhere.
     frozen_layers (Union[int, str]): 0 fine-tunes everything; k freezes the embeddings
         and the bottom k layers; "all" freezes the encoder (feature-based).
     hidden_layers (str): "last" layer, or the sum or concatenation of the last four

@@ -8,10 +8,13 @@ HF config as JSON, the tokenizer files, and the weights as safetensors.
 """
 
 import contextlib
+import copy
 import ctypes
+import functools
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union, cast
 
@@ -73,7 +76,47 @@ os.register_at_fork(
 
 # Hidden-state combinations of the BERT paper's feature-based experiments.
 HIDDEN_LAYERS = ("last", "sum_last_four", "concat_last_four")
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Autocast dtype of each precision. "int8" runs fp32 in training and dynamically
+# quantized linear layers (int8 weights, activations quantized per batch) at predict
+# time on the CPU; "auto" is resolved by `resolve_precision` when the model loads.
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": None}
+PRECISION_CHOICES = (*PRECISIONS, "auto")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset:
+    """The CPU feature flags of this machine (empty where /proc/cpuinfo is missing)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU has bf16 matrix units (AMX) or AVX-512 BF16 instructions.
+
+    Without them torch emulates bf16 matmuls and autocast makes the CPU slower,
+    which is why "auto" keeps such CPUs on fp32.
+    """
+    flags = cpu_flags()
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """Turn "auto" into a concrete precision for a device; other values pass through.
+
+    "auto" picks bf16 on GPUs that support it and on CPUs with AMX / AVX-512 BF16,
+    and fp32 elsewhere, so no machine gets a slower default than fp32.
+    """
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
 class TransformerModule(torch.nn.Module):
@@ -83,8 +126,10 @@ class TransformerModule(torch.nn.Module):
         super().__init__()
         if hidden_layers not in HIDDEN_LAYERS:
             raise ValueError(f"hidden_layers must be one of {HIDDEN_LAYERS}, got {hidden_layers!r}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+        if precision not in PRECISION_CHOICES:
+            raise ValueError(
+                f"precision must be one of {list(PRECISION_CHOICES)}, got {precision!r}"
+            )
         n_layers = getattr(transformer.config, "num_hidden_layers", None)
         if hidden_layers != "last" and n_layers is not None and n_layers < 4:
             raise ValueError(
@@ -128,7 +173,7 @@ class TransformerModule(torch.nn.Module):
         }
         if self.uses_token_types:
             kwargs["token_type_ids"] = token_type_ids
-        dtype = PRECISIONS[self.precision]
+        dtype = PRECISIONS[resolve_precision(self.precision, input_ids.device)]
         with torch.autocast(
             device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
         ):
@@ -215,6 +260,9 @@ class HFShim(Shim):
         self.frozen_layers = frozen_layers
         self._tokenizer: Any = None
         self._grad_scaler = PyTorchGradScaler(enabled=precision == "fp16")
+        # precision "bf16" / "int8": a reduced-precision copy of the module for
+        # predict, rebuilt after the weights change (optimizer step, load, use_params).
+        self._reduced: Optional[torch.nn.Module] = None
 
     # --- state -------------------------------------------------------------
     @property
@@ -245,6 +293,7 @@ class HFShim(Shim):
         module.to(get_torch_default_device())
         self._model = module
         self._tokenizer = tokenizer
+        self._reduced = None
 
     @property
     def device(self) -> torch.device:
@@ -266,7 +315,7 @@ class HFShim(Shim):
 
     def predict(self, inputs: Tuple[Any, Any, Any]) -> Any:
         """Run a batch (ids, mask, segment ids; each (batch, length)) without gradients."""
-        module = self.module
+        module = self._inference_module()
         was_training = module.training
         module.eval()
         with torch.inference_mode():
@@ -274,6 +323,44 @@ class HFShim(Shim):
         module.train(was_training)
         # (batch, length, width)
         return torch2xp(hidden)
+
+    def _inference_module(self) -> torch.nn.Module:
+        """The module predict runs: the fp32 module itself, or for "bf16" and "int8" a
+        reduced-precision copy made on first use and dropped when the weights change.
+
+        bf16: a copy with bf16 weights. Autocast alone re-casts every weight on every
+        batch and keeps layer norms and softmax in fp32; the copy was 1.2-1.5x faster
+        than autocast on this CPU (AMX), at the cost of a second, half-size set of
+        weights in memory. int8: linear layers dynamically quantized with per-channel
+        weight scales (per-tensor scales lost ~1 point of Banking77 accuracy).
+        """
+        module = self.module
+        precision = resolve_precision(self.precision, self.device)
+        if precision not in ("bf16", "int8"):
+            return module
+        if self._reduced is None:
+            reduced = copy.deepcopy(module).eval()
+            if precision == "bf16":
+                reduced.to(torch.bfloat16)
+                reduced.precision = "fp32"  # already bf16: no autocast on top
+            else:
+                if self.device.type != "cpu":
+                    raise ValueError(
+                        "precision = 'int8' (dynamic quantization) runs on the CPU only; "
+                        "use 'bf16' or 'fp16' on a GPU"
+                    )
+                from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+                # Eager-mode quantization is deprecated in favour of torchao, which
+                # is not a dependency; it still works in torch 2.13.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    reduced = quantize_dynamic(
+                        reduced, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+                    )
+            self._reduced = reduced
+        return self._reduced
 
     def begin_update(self, inputs: Tuple[Any, Any, Any]) -> Tuple[Any, Callable]:
         module = self.module
@@ -308,6 +395,7 @@ class HFShim(Shim):
                 data, _ = optimizer((self.id, name), weights, gradient)
                 param.data = xp2torch(data, device=param.device)
             param.grad = None
+        self._reduced = None
         self._grad_scaler.update()
         if _malloc_trim is not None:
             _malloc_trim(0)
@@ -325,10 +413,12 @@ class HFShim(Shim):
             return
         backup = {k: v.clone() for k, v in self.module.state_dict().items()}
         self.module.load_state_dict(state, strict=False)
+        self._reduced = None
         try:
             yield
         finally:
             self.module.load_state_dict(backup)
+            self._reduced = None
 
     def to_device(self, device_type: str, device_id: int) -> None:
         if self._model is None:
@@ -339,6 +429,7 @@ class HFShim(Shim):
             self._model.cuda(device_id)
         else:
             raise ValueError(f"Invalid device_type: {device_type}. Try 'cpu' or 'gpu'")
+        self._reduced = None
         self._grad_scaler.to_(self.device)
 
     # --- serialization (no pickle) --------------------------------------------

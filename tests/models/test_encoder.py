@@ -9,6 +9,7 @@ import pytest
 import spacy
 import torch
 from numpy.testing import assert_allclose
+from thinc.api import Adam
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from spacy_bert_pipes.models.encoder import BertEncoder
@@ -365,3 +366,50 @@ def test_bf16_is_close_to_fp32(tiny_bert, nlp):
         assert_allclose(b.wordpieces, a.wordpieces, atol=0.15)
         # bf16 really ran: the outputs are close but not identical.
         assert not numpy.array_equal(b.wordpieces, a.wordpieces)
+
+
+def test_int8_is_close_to_fp32_and_trains_in_fp32(tiny_bert, nlp):
+    docs = [nlp(SHORT), nlp(LONG)]
+    fp32 = make_encoder(tiny_bert, max_length=32, stride=8)
+    int8 = make_encoder(tiny_bert, max_length=32, stride=8, precision="int8")
+    for a, b in zip(fp32.predict(docs), int8.predict(docs)):
+        assert b.wordpieces.dtype == numpy.float32
+        assert_allclose(b.wordpieces, a.wordpieces, atol=0.25)
+        assert not numpy.array_equal(b.wordpieces, a.wordpieces)
+    # Training runs the fp32 weights: the same outputs as an fp32 encoder
+    # (the same seed gives both the same dropout masks).
+    torch.manual_seed(0)
+    train_a, _ = fp32.begin_update(docs)
+    torch.manual_seed(0)
+    train_b, _ = int8.begin_update(docs)
+    for a, b in zip(train_a, train_b):
+        assert_allclose(b.wordpieces, a.wordpieces, atol=1e-6)
+
+
+def test_reduced_copy_follows_weight_updates(tiny_bert, nlp):
+    docs = [nlp(SHORT)]
+    encoder = make_encoder(tiny_bert, max_length=32, stride=8, precision="bf16")
+    before = encoder.predict(docs)[0].wordpieces
+    shim = encoder.shims[0]
+    with torch.no_grad():
+        for param in shim.module.parameters():
+            param.add_(0.05)
+    shim._reduced = None  # what an optimizer step does
+    after = encoder.predict(docs)[0].wordpieces
+    assert not numpy.allclose(before, after, atol=0.05)
+    # An optimizer step drops the stale copy itself.
+    _, backprop = encoder.begin_update(docs)
+    backprop([DocEncodingGrad(d_cls=numpy.ones(before.shape[1], dtype="f"))])
+    encoder.finish_update(Adam(0.01))
+    assert shim._reduced is None
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch):
+    from spacy_bert_pipes.models import hf_shim
+
+    cpu = torch.device("cpu")
+    assert hf_shim.resolve_precision("int8", cpu) == "int8"
+    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert hf_shim.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert hf_shim.resolve_precision("auto", cpu) == "fp32"
