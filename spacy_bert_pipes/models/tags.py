@@ -92,6 +92,12 @@ def viterbi(
     scores = numpy.asarray(log_probs, dtype="f8").copy()
     if forced is not None and forced.any():
         scores[forced, 1:] = -numpy.inf  # column 0 is "O"
+    # The unconstrained best path (each token's own best tag) scores at least as
+    # high as any valid path, so when it is valid it is the answer; a trained
+    # tagger's output usually is, and this skips the per-token loop below.
+    greedy = scores.argmax(axis=1).astype("i")
+    if is_valid_array(greedy, tag_set):
+        return greedy
     transition = numpy.where(tag_set.allowed, 0.0, -numpy.inf)  # (n_tags, n_tags)
     best = numpy.where(tag_set.start, scores[0], -numpy.inf)  # (n_tags,)
     back = numpy.zeros((n_tokens, n_tags), dtype="i")
@@ -105,6 +111,17 @@ def viterbi(
     for t in range(n_tokens - 1, 0, -1):
         path[t - 1] = back[t, path[t]]
     return path
+
+
+def is_valid_array(path: numpy.ndarray, tag_set: TagSet) -> bool:
+    """`is_valid` for a numpy array of tag ids, without a Python loop."""
+    if len(path) == 0:
+        return True
+    return bool(
+        tag_set.start[path[0]]
+        and tag_set.end[path[-1]]
+        and tag_set.allowed[path[:-1], path[1:]].all()
+    )
 
 
 def is_valid(path: Sequence[int], tag_set: TagSet) -> bool:

@@ -6,6 +6,7 @@ import pytest
 from spacy_bert_pipes.models.tags import (
     biluo_to_scheme,
     is_valid,
+    is_valid_array,
     make_tag_set,
     path_to_spans,
     viterbi,
@@ -47,6 +48,27 @@ def test_viterbi_is_the_best_valid_path(scheme: str, seed: int) -> None:
     assert is_valid(path, tag_set)
     score = float(log_probs[numpy.arange(n_tokens), path].sum())
     assert score == pytest.approx(brute_force(log_probs, tag_set))
+
+
+@pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
+def test_viterbi_shortcut_agrees_with_the_full_search(scheme: str) -> None:
+    """Peaked scores, as from a trained tagger: the per-token argmax is often valid
+    and returned without the search; either way the result is the best valid path."""
+    tag_set = make_tag_set(["A", "B"], scheme)
+    rng = numpy.random.default_rng(7)
+    n_shortcut = 0
+    for trial in range(40):
+        log_probs = numpy.log(rng.dirichlet(numpy.full(len(tag_set.tags), 0.2), size=5))
+        if trial % 2:  # confident, like a trained tagger: peaks on some valid path
+            peaks = viterbi(rng.normal(size=log_probs.shape), tag_set)
+            log_probs[numpy.arange(5), peaks] += 40.0
+        path = viterbi(log_probs, tag_set)
+        greedy = log_probs.argmax(axis=1)
+        n_shortcut += bool(is_valid(greedy.tolist(), tag_set))
+        assert is_valid_array(path, tag_set) == is_valid(path.tolist(), tag_set) is True
+        score = float(log_probs[numpy.arange(5), path].sum())
+        assert score == pytest.approx(brute_force(log_probs, tag_set))
+    assert 5 <= n_shortcut < 40  # both branches ran
 
 
 @pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
