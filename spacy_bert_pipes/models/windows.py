@@ -82,15 +82,27 @@ def plan_windows(n_pieces: int, size: int, stride: int) -> WindowPlan:
     return WindowPlan(spans, cast(Ints1d, owner), cast(Ints1d, position))
 
 
-def pack_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List[int]]:
+# A batch is closed when the next sequence would fill less than this share of the
+# batch's padded width. Without it, length-sorted batches of short texts still
+# spanned 5-80 wordpieces: Banking77 batches ran 2.3x more padded wordpieces than
+# real ones, and the transformer's cost grows with padded wordpieces.
+MIN_FILL = 0.8
+
+
+def pack_batches(
+    lengths: Sequence[int], max_batch_tokens: int, min_fill: float = MIN_FILL
+) -> List[List[int]]:
     """Group sequences into batches sorted by length, under a padded-token budget.
 
-    Sorting by length keeps padding small; each batch holds as many sequences as
-    fit in `max_batch_tokens` once padded to its longest member (a single
-    sequence longer than the budget forms a batch of its own).
+    Sequences are taken longest first; a batch holds as many as fit in
+    `max_batch_tokens` once padded to its longest member (a single sequence longer
+    than the budget forms a batch of its own), and a sequence shorter than
+    `min_fill` times the batch's longest starts a new batch, so padding stays
+    below 1 / min_fill of the real wordpieces.
 
     lengths (Sequence[int]): The length (in wordpieces, with special tokens) of each sequence.
     max_batch_tokens (int): Budget of padded tokens per batch.
+    min_fill (float): Shortest sequence of a batch relative to its longest (0 disables).
     RETURNS (List[List[int]]): Indices into `lengths`, one list per batch.
     """
     order = numpy.argsort(-numpy.asarray(lengths, dtype="i"), kind="stable")
@@ -99,7 +111,8 @@ def pack_batches(lengths: Sequence[int], max_batch_tokens: int) -> List[List[int
     longest = 0
     for i in order.tolist():
         length = int(lengths[i])
-        if current and (len(current) + 1) * max(longest, length) > max_batch_tokens:
+        over_budget = (len(current) + 1) * max(longest, length) > max_batch_tokens
+        if current and (over_budget or length < min_fill * longest):
             batches.append(current)
             current, longest = [], 0
         current.append(i)

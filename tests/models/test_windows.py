@@ -112,8 +112,8 @@ def test_plan_windows_every_piece_owned_once():
     assert len(pairs) == 57  # no two pieces read the same window row
 
 
-def _check_batches(lengths, budget):
-    batches = pack_batches(lengths, budget)
+def _check_batches(lengths, budget, min_fill=0.8):
+    batches = pack_batches(lengths, budget, min_fill)
     flat = list(itertools.chain.from_iterable(batches))
     assert sorted(flat) == list(range(len(lengths)))
     ordered = [lengths[i] for i in flat]
@@ -123,9 +123,12 @@ def _check_batches(lengths, budget):
         longest = max(lengths[i] for i in batch)
         if len(batch) > 1:
             assert len(batch) * longest <= budget
+            assert min(lengths[i] for i in batch) >= min_fill * longest
         if k + 1 < len(batches):
-            # Greedy: the next sequence did not fit in this batch.
-            assert (len(batch) + 1) * longest > budget
+            # Greedy: the next sequence did not fit in this batch, or would have
+            # been padded too much.
+            following = lengths[batches[k + 1][0]]
+            assert (len(batch) + 1) * longest > budget or following < min_fill * longest
     return batches
 
 
@@ -133,12 +136,16 @@ def test_pack_batches_random_lengths():
     rng = random.Random(0)
     for _ in range(200):
         lengths = [rng.randint(2, 130) for _ in range(rng.randint(0, 40))]
-        _check_batches(lengths, rng.choice([1, 64, 128, 300, 4096]))
+        budget = rng.choice([1, 64, 128, 300, 4096])
+        _check_batches(lengths, budget)
+        _check_batches(lengths, budget, min_fill=0.0)
 
 
 def test_pack_batches_examples():
     assert pack_batches([], 100) == []
-    assert pack_batches([10, 50, 20, 50], 100) == [[1, 3], [2, 0]]
+    assert pack_batches([10, 50, 20, 50], 100) == [[1, 3], [2], [0]]
+    assert pack_batches([10, 50, 20, 50], 100, min_fill=0.0) == [[1, 3], [2, 0]]
+    assert pack_batches([18, 50, 20, 45], 200) == [[1, 3], [2, 0]]
     # A sequence over the budget forms a batch of its own.
     assert pack_batches([5, 500, 5], 100) == [[1], [0, 2]]
     assert pack_batches(numpy.asarray([3, 3, 3]), 9) == [[0, 1, 2]]
