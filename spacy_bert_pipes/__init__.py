@@ -8,7 +8,7 @@ component is built.
 
 from . import scorers
 from .about import __version__
-from .models import encoder, heads, listener, loaders
+from .models import encoder, heads, listener, loaders, trf
 from .models.types import DocEncoding
 from .pipeline.encoder import BertEncoderPipe, make_bert_encoder
 from .pipeline.ner import BertEntityRecognizer, make_bert_ner
@@ -31,4 +31,5 @@ __all__ = [
     "make_bert_qa",
     "make_bert_textcat",
     "scorers",
+    "trf",
 ]

@@ -9,6 +9,7 @@ from thinc.api import Model, Optimizer, set_dropout_rate
 from ..models.encoder import is_loaded
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
+from ..models.trf import is_trf_encoder
 
 
 def ensure_encoding_extension() -> None:
@@ -17,9 +18,12 @@ def ensure_encoding_extension() -> None:
 
 
 def own_encoder(model: Model) -> Optional[Model]:
-    """The component's own BertEncoder, or None when it listens to a `bert_encoder`."""
+    """The component's own BertEncoder, or None when it listens to an upstream
+    `bert_encoder` or spacy-transformers `transformer` component."""
     encoder = model.get_ref("encoder")
-    return None if isinstance(encoder, EncoderListener) else encoder
+    if isinstance(encoder, EncoderListener) or is_trf_encoder(encoder):
+        return None
+    return encoder
 
 
 def load_encoder(

@@ -407,7 +407,7 @@ class BertQuestionAnswerer(TrainablePipe):
         if encoder is None:
             raise ValueError(
                 f"'{self.name}' needs its own encoder: question/context pairs cannot reuse "
-                "a bert_encoder's single-text pass"
+                "the single-text pass of a bert_encoder or a spacy-transformers transformer"
             )
         load_encoder(encoder, encoder_loader, self.name)
         self.model.initialize()
