@@ -4,12 +4,12 @@ import typer
 
 app = typer.Typer(
     name="bert-pipes",
-    help="BERT components for spaCy: convert data, evaluate and annotate collections.",
+    help="BERT components for spaCy: convert data, pretrain, evaluate and annotate collections.",
     no_args_is_help=True,
     add_completion=False,
 )
 
 # Each module registers its commands on `app` when imported.
-from . import annotate, convert  # noqa: E402,F401
+from . import annotate, convert, explain, pretrain  # noqa: E402,F401
 
 __all__ = ["app"]
