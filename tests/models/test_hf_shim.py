@@ -147,7 +147,11 @@ def test_predict_is_deterministic_after_training_mode(tiny_bert, docs):
     assert encoder.shims[0].module.training
     assert not numpy.allclose(encodings[0].wordpieces, expected[0].wordpieces)
     assert_same_encodings(encoder.predict(docs), expected)
-    assert encoder.shims[0].module.training  # predict restores the mode it found
+    # predict leaves eval mode on; the next training step switches dropout back on.
+    assert not encoder.shims[0].module.training
+    again, _ = encoder.begin_update(docs)
+    assert encoder.shims[0].module.training
+    assert not numpy.allclose(again[0].wordpieces, expected[0].wordpieces)
 
 
 def test_finish_update_changes_only_trainable_weights(tiny_bert, docs):
