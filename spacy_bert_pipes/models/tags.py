@@ -8,7 +8,7 @@ follow a B-X or I-X, ...), so decoding can never produce a broken entity.
 """
 
 from dataclasses import dataclass
-from typing import List, Literal, Optional, Sequence, Tuple
+from typing import List, Literal, Optional, Sequence, Tuple, cast
 
 import numpy
 
@@ -86,31 +86,72 @@ def viterbi(
     forced (Optional[numpy.ndarray]): Tokens that must be tagged "O" (e.g. whitespace). (n_tokens,)
     RETURNS (numpy.ndarray): The tag index of each token. (n_tokens,)
     """
-    n_tokens, n_tags = log_probs.shape
-    if n_tokens == 0:
-        return numpy.zeros((0,), dtype="i")
-    scores = numpy.asarray(log_probs, dtype="f8").copy()
-    if forced is not None and forced.any():
-        scores[forced, 1:] = -numpy.inf  # column 0 is "O"
-    # The unconstrained best path (each token's own best tag) scores at least as
-    # high as any valid path, so when it is valid it is the answer; a trained
-    # tagger's output usually is, and this skips the per-token loop below.
-    greedy = scores.argmax(axis=1).astype("i")
-    if is_valid_array(greedy, tag_set):
-        return greedy
+    return viterbi_batch([log_probs], tag_set, [forced])[0]
+
+
+def viterbi_batch(
+    log_probs: Sequence[numpy.ndarray],
+    tag_set: TagSet,
+    forced: Optional[Sequence[Optional[numpy.ndarray]]] = None,
+) -> List[numpy.ndarray]:
+    """`viterbi` for several sequences at once.
+
+    Sequences whose own best tags already form a valid sequence are returned
+    directly; the others are decoded together, one vectorised step per token
+    position instead of one Python loop per sequence.
+    """
+    paths: List[Optional[numpy.ndarray]] = [None] * len(log_probs)
+    pending: List[Tuple[int, numpy.ndarray]] = []
+    for i, doc_log_probs in enumerate(log_probs):
+        if len(doc_log_probs) == 0:
+            paths[i] = numpy.zeros((0,), dtype="i")
+            continue
+        scores = numpy.asarray(doc_log_probs, dtype="f8").copy()
+        doc_forced = None if forced is None else forced[i]
+        if doc_forced is not None and doc_forced.any():
+            scores[doc_forced, 1:] = -numpy.inf  # column 0 is "O"
+        # The unconstrained best path (each token's own best tag) scores at least
+        # as high as any valid path, so when it is valid it is the answer; a
+        # trained tagger's output usually is.
+        greedy = scores.argmax(axis=1).astype("i")
+        if is_valid_array(greedy, tag_set):
+            paths[i] = greedy
+        else:
+            pending.append((i, scores))
+    if pending:
+        for (i, _), path in zip(pending, _viterbi_padded([s for _, s in pending], tag_set)):
+            paths[i] = path
+    return [cast(numpy.ndarray, path) for path in paths]
+
+
+def _viterbi_padded(scores: List[numpy.ndarray], tag_set: TagSet) -> List[numpy.ndarray]:
+    """Constrained Viterbi over sequences padded to one length.
+
+    Padding steps allow only "O": O may follow exactly the tags that may end a
+    sequence (every tag in BIO; O, L-, U- in BILUO), so the padding also enforces
+    each sequence's end constraint.
+    """
+    n_seqs, n_tags = len(scores), scores[0].shape[1]
+    lengths = [len(s) for s in scores]
+    longest = max(lengths)
+    padded = numpy.full((n_seqs, longest + 1, n_tags), -numpy.inf)
+    padded[:, :, 0] = 0.0
+    for row, seq_scores in enumerate(scores):
+        padded[row, : len(seq_scores)] = seq_scores
     transition = numpy.where(tag_set.allowed, 0.0, -numpy.inf)  # (n_tags, n_tags)
-    best = numpy.where(tag_set.start, scores[0], -numpy.inf)  # (n_tags,)
-    back = numpy.zeros((n_tokens, n_tags), dtype="i")
-    for t in range(1, n_tokens):
-        candidates = best[:, None] + transition  # (prev, next)
-        back[t] = candidates.argmax(axis=0)
-        best = candidates.max(axis=0) + scores[t]
-    best = numpy.where(tag_set.end, best, -numpy.inf)
-    path = numpy.zeros((n_tokens,), dtype="i")
-    path[-1] = int(best.argmax())
-    for t in range(n_tokens - 1, 0, -1):
-        path[t - 1] = back[t, path[t]]
-    return path
+    best = numpy.where(tag_set.start, padded[:, 0], -numpy.inf)  # (n_seqs, n_tags)
+    back = numpy.zeros((n_seqs, longest + 1, n_tags), dtype="i")
+    for t in range(1, longest + 1):
+        candidates = best[:, :, None] + transition  # (n_seqs, prev, next)
+        back[:, t] = candidates.argmax(axis=1)
+        best = candidates.max(axis=1) + padded[:, t]
+    rows = numpy.arange(n_seqs)
+    tags = numpy.zeros((n_seqs,), dtype="i")  # the final padding step is "O"
+    path = numpy.zeros((n_seqs, longest + 1), dtype="i")
+    for t in range(longest, 0, -1):
+        tags = back[rows, t, tags]
+        path[:, t - 1] = tags
+    return [path[row, :n] for row, n in enumerate(lengths)]
 
 
 def is_valid_array(path: numpy.ndarray, tag_set: TagSet) -> bool:

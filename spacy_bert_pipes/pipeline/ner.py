@@ -32,7 +32,7 @@ from ..models.tags import (
     make_tag_set,
     path_to_spans,
     split_tag,
-    viterbi,
+    viterbi_batch,
 )
 from .common import ensure_encoding_extension, load_encoder, own_encoder, train_step
 
@@ -191,25 +191,40 @@ class BertEntityRecognizer(TrainablePipe):
 
         Whitespace tokens are always outside entities.
         """
-        if len(doc) == 0:
-            return []
-        p: numpy.ndarray = numpy.asarray(self.model.ops.to_numpy(probs), dtype="f")
-        forced = numpy.fromiter((t.is_space for t in doc), dtype=bool, count=len(doc))
-        path = viterbi(numpy.log(numpy.maximum(p, _MIN_PROB)), self.tag_set, forced)
-        # An entity's confidence is the mean probability of its tags: differences
-        # of a running sum give every mean at once.
-        running = numpy.concatenate(([0.0], numpy.cumsum(p[numpy.arange(len(doc)), path])))
-        return [
-            (start, end, label, float((running[end] - running[start]) / (end - start)))
-            for start, end, label in path_to_spans(path.tolist(), self.tag_set)
+        return self.decode_batch([doc], [probs])[0]
+
+    def decode_batch(
+        self, docs: Sequence[Doc], scores: Sequence[Floats2d]
+    ) -> List[List[Tuple[int, int, str, float]]]:
+        """`decode` for a batch of docs: the docs whose tags need the constrained
+        search are decoded together."""
+        probs = [numpy.asarray(self.model.ops.to_numpy(p), dtype="f") for p in scores]
+        forced = [
+            numpy.fromiter((t.is_space for t in doc), dtype=bool, count=len(doc)) for doc in docs
         ]
+        log_probs = [numpy.log(numpy.maximum(p, _MIN_PROB)) for p in probs]
+        paths = viterbi_batch(log_probs, self.tag_set, forced)
+        out = []
+        for p, path in zip(probs, paths):
+            # An entity's confidence is the mean probability of its tags: differences
+            # of a running sum give every mean at once.
+            chosen = p[numpy.arange(len(path)), path]
+            running = numpy.concatenate(([0.0], numpy.cumsum(chosen)))
+            out.append(
+                [
+                    (start, end, label, float((running[end] - running[start]) / (end - start)))
+                    for start, end, label in path_to_spans(path.tolist(), self.tag_set)
+                ]
+            )
+        return out
 
     def set_annotations(self, docs: Iterable[Doc], scores: List[Floats2d]) -> None:
         key = self.cfg["spans_key"]
-        for doc, probs in zip(docs, scores):
+        docs = list(docs)
+        for doc, entities in zip(docs, self.decode_batch(docs, scores)):
             spans = []
             confidences = []
-            for start, end, label, confidence in self.decode(doc, probs):
+            for start, end, label, confidence in entities:
                 span = Span(doc, start, end, label=label)
                 span._.set(SCORE_ATTR, confidence)
                 spans.append(span)

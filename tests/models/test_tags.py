@@ -10,6 +10,7 @@ from spacy_bert_pipes.models.tags import (
     make_tag_set,
     path_to_spans,
     viterbi,
+    viterbi_batch,
 )
 
 
@@ -69,6 +70,27 @@ def test_viterbi_shortcut_agrees_with_the_full_search(scheme: str) -> None:
         score = float(log_probs[numpy.arange(5), path].sum())
         assert score == pytest.approx(brute_force(log_probs, tag_set))
     assert 5 <= n_shortcut < 40  # both branches ran
+
+
+@pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
+def test_viterbi_batch_equals_one_by_one(scheme: str) -> None:
+    """Sequences of different lengths decoded together (padded) get the best valid
+    path of each, as brute force finds it; empty sequences and forced tokens too."""
+    tag_set = make_tag_set(["A", "B"], scheme)
+    rng = numpy.random.default_rng(3)
+    lengths = [1, 5, 0, 3, 4, 2, 5]
+    n_tags = len(tag_set.tags)
+    log_probs = [numpy.log(rng.dirichlet(numpy.ones(n_tags), size=n)) for n in lengths]
+    forced = [None] * len(lengths)
+    forced[4] = numpy.asarray([False, True, False, False])
+    paths = viterbi_batch(log_probs, tag_set, forced)
+    for n, scores, path, force in zip(lengths, log_probs, paths, forced):
+        assert len(path) == n and is_valid(path.tolist(), tag_set)
+        assert path.tolist() == viterbi(scores, tag_set, force).tolist()
+        if n and force is None:
+            score = float(scores[numpy.arange(n), path].sum())
+            assert score == pytest.approx(brute_force(scores, tag_set))
+    assert paths[4][1] == 0  # forced "O"
 
 
 @pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
