@@ -49,7 +49,7 @@ def load(pipeline: str, precision: str) -> Language:
 
 def score(nlp: Language, examples: List[Example], batch_size: int) -> Dict[str, Any]:
     scores = nlp.evaluate(examples, batch_size=batch_size)
-    keep = ("cats_score", "cats_micro_f", "cats_macro_f", "ents_f", "ents_p", "ents_r")
+    keep = ("cats_accuracy", "cats_macro_f", "ents_f", "ents_p", "ents_r")
     return {k: scores[k] for k in keep if scores.get(k) is not None}
 
 
