@@ -4,12 +4,21 @@ import typer
 
 app = typer.Typer(
     name="bert-pipes",
-    help="BERT components for spaCy: convert data, pretrain, evaluate and annotate collections.",
+    help="BERT components for spaCy: convert data, pretrain, evaluate, report, assemble "
+    "pipelines and annotate collections.",
     no_args_is_help=True,
     add_completion=False,
 )
 
 # Each module registers its commands on `app` when imported.
-from . import annotate, convert, explain, pretrain  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    annotate,
+    assemble,
+    convert,
+    evaluate,
+    explain,
+    pretrain,
+    report,
+)
 
 __all__ = ["app"]

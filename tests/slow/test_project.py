@@ -69,6 +69,15 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
     assert 0.0 <= slots["qa_f1"] <= 1.0
     assert (project / "training" / "textcat" / "model-last" / "config.cfg").exists()
     assert json.loads((project / "metrics" / "textcat_train_time.json").read_text())["seconds"] > 0
+    # bert-pipes evaluate kept each doc's predictions; one per scored request
+    lines = (project / "metrics" / "qa_slots_predictions.jsonl").read_text().splitlines()
+    assert len(lines) == 40
+    assembled = json.loads((project / "training" / "assembled" / "assemble.json").read_text())
+    assert assembled["pipeline"] == ["bert_textcat", "bert_textcat_2", "bert_ner", "bert_qa"]
+    report = (project / "reports" / "report.md").read_text()
+    assert "![F1 per label, textcat](textcat_textcat_f1.png)" in report
+    png = project / "reports" / "textcat_bert_textcat_confusion_top.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
     # Nothing changed: the second run skips every command.
     second = run_all(project)
-    assert second.count("Skipping") >= 13, second
+    assert second.count("Skipping") >= 15, second

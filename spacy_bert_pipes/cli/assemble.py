@@ -1,0 +1,78 @@
+"""`bert-pipes assemble ...`: one pipeline from separately trained components."""
+
+from pathlib import Path
+from typing import List, NoReturn, Optional, Tuple
+
+import typer
+
+from ..assemble import AssembleError, assemble, save_assembled
+
+# `cli/__init__.py` defines `app` before it imports this module.
+from . import app
+
+
+@app.command("assemble")
+def assemble_cli(
+    output: Path = typer.Argument(
+        ...,
+        help="The folder for the assembled pipeline (an earlier assembly there is replaced)",
+        metavar="OUTPUT",
+        file_okay=False,
+    ),
+    textcat: Optional[List[str]] = typer.Option(
+        None,
+        "--textcat",
+        help="A pipeline whose bert_textcat components to copy (repeat for several)",
+        show_default=False,
+    ),
+    ner: Optional[List[str]] = typer.Option(
+        None,
+        "--ner",
+        help="A pipeline whose bert_ner components to copy (repeat for several)",
+        show_default=False,
+    ),
+    qa: Optional[List[str]] = typer.Option(
+        None,
+        "--qa",
+        help="A pipeline whose bert_qa components to copy (repeat for several)",
+        show_default=False,
+    ),
+) -> None:
+    """Build one pipeline from components trained in separate pipelines.
+
+    Each component is copied with its weights and its own fine-tuned encoder
+    (text classifiers first, then entity recognizers, then question
+    answerers), so the assembled pipeline runs one encoder pass per component
+    and gives the same results as the sources. One shared encoder pass needs
+    the heads trained together on one bert_encoder. A head that listened to a
+    bert_encoder gets its own copy of it. A component whose name is taken is
+    renamed (bert_textcat_2, ...). OUTPUT/assemble.json says where each
+    component came from.
+    """
+    sources: List[Tuple[str, str]] = [("textcat", p) for p in textcat or []]
+    sources += [("ner", p) for p in ner or []]
+    sources += [("qa", p) for p in qa or []]
+    if not sources:
+        _fail("Nothing to assemble: give --textcat, --ner or --qa pipelines")
+    try:
+        assembled = assemble(sources)
+        manifest = save_assembled(assembled, output)
+    except AssembleError as err:
+        _fail(str(err))
+    for component in assembled.components:
+        typer.echo(
+            f"{component.name} ({component.factory}): '{component.source_component}' of "
+            f"{component.source}, encoder: {component.encoder}"
+        )
+    for note in assembled.notes:
+        typer.secho(f"Note: {note}", fg="yellow")
+    typer.secho(
+        f"Saved the pipeline to {output} ({len(assembled.components)} components, one "
+        f"encoder pass each); sources in {manifest}",
+        fg="green",
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(message, fg="red", err=True)
+    raise typer.Exit(code=1)

@@ -1,0 +1,110 @@
+"""`bert-pipes evaluate ...`: score a pipeline on a .spacy corpus, keep its predictions."""
+
+from pathlib import Path
+from typing import NoReturn, Optional
+
+import spacy
+import typer
+from wasabi import Printer
+
+from ..evaluate import (
+    EvaluateError,
+    evaluate,
+    prediction_records,
+    read_examples,
+    summary_rows,
+    write_predictions,
+    write_scores,
+)
+
+# `cli/__init__.py` defines `app` before it imports this module.
+from . import app
+
+# Per-label tables longer than this are left to the metrics JSON.
+MAX_LABEL_ROWS = 30
+
+
+@app.command("evaluate")
+def evaluate_cli(
+    pipeline: str = typer.Argument(
+        ...,
+        help="A trained pipeline: a folder saved with nlp.to_disk, or a package name",
+        metavar="PIPELINE",
+    ),
+    data_path: Path = typer.Argument(
+        ..., help="The evaluation data, a .spacy file", metavar="DATA", exists=True
+    ),
+    output: Optional[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="The metrics JSON to write (the keys of `spacy evaluate --output`)",
+        dir_okay=False,
+        show_default=False,
+    ),
+    predictions: Optional[Path] = typer.Option(
+        None,
+        "--predictions",
+        "-p",
+        help="A JSONL file for each doc's predictions beside its gold annotations "
+        "(for `bert-pipes report`)",
+        dir_okay=False,
+        show_default=False,
+    ),
+    gpu_id: int = typer.Option(-1, "--gpu-id", "-g", help="The GPU to use; -1 runs on the CPU"),
+    batch_size: Optional[int] = typer.Option(
+        None,
+        "--batch-size",
+        "-b",
+        min=1,
+        help="Docs per batch (default: the pipeline's [nlp] batch_size)",
+        show_default=False,
+    ),
+) -> None:
+    """Score a pipeline on a .spacy corpus with its components' scorers.
+
+    The scores are those of `spacy evaluate` (bert_qa asks the questions of the
+    reference docs itself). With --predictions, each doc's predictions are
+    written beside its gold annotations, one JSON object per line: the top
+    label and gold label(s) of each text classifier, predicted and gold
+    entities, and each question's answer, gold answers, exact match and F1.
+    """
+    msg = Printer()
+    if gpu_id >= 0:
+        spacy.require_gpu(gpu_id)
+    try:
+        nlp = spacy.load(pipeline)
+    except OSError as err:  # no such folder or package
+        _fail(f"{pipeline}: {err}")
+    try:
+        examples = read_examples(nlp, data_path)
+        result = evaluate(nlp, examples, batch_size=batch_size)
+    except EvaluateError as err:
+        _fail(str(err))
+    scores = result.scores
+    msg.table(summary_rows(scores), title=f"{pipeline} on {data_path} ({len(examples)} docs)")
+    for key, name in (("ents_per_type", "NER"), ("cats_f_per_type", "Textcat")):
+        per_label = scores.get(key) or {}
+        if 0 < len(per_label) <= MAX_LABEL_ROWS:
+            rows = [
+                (label, *(_percent(prf.get(k)) for k in ("p", "r", "f")))
+                for label, prf in per_label.items()
+            ]
+            msg.table(rows, header=("", "P", "R", "F"), aligns=("l", "r", "r", "r"), title=name)
+        elif per_label:
+            msg.info(f"{name}: {len(per_label)} labels; their P/R/F are in the metrics JSON")
+    if output is not None:
+        write_scores(output, scores)
+        msg.good(f"Saved the scores to {output}")
+    if predictions is not None:
+        n = write_predictions(predictions, prediction_records(nlp, result.examples))
+        msg.good(f"Saved the predictions of {n} docs to {predictions}")
+
+
+def _percent(value: object) -> str:
+    return f"{value * 100:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(message, fg="red", err=True)
+    raise typer.Exit(code=1)

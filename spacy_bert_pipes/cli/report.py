@@ -1,0 +1,66 @@
+"""`bert-pipes report ...`: a Markdown and HTML report of evaluation metrics, with plots."""
+
+from pathlib import Path
+from typing import List, NoReturn, Optional
+
+import typer
+
+from ..report import ReportError, write_report
+
+# `cli/__init__.py` defines `app` before it imports this module.
+from . import app
+
+
+@app.command("report")
+def report_cli(
+    metrics: List[Path] = typer.Argument(
+        ...,
+        help="Metrics JSONs (of spacy evaluate or bert-pipes evaluate) and folders of them",
+        metavar="METRICS...",
+        exists=True,
+    ),
+    output_dir: Path = typer.Option(
+        Path("reports"),
+        "--output-dir",
+        "-o",
+        help="The folder for report.md, report.html and the PNGs (created if missing)",
+        file_okay=False,
+    ),
+    predictions: Optional[List[Path]] = typer.Option(
+        None,
+        "--predictions",
+        "-p",
+        help="A predictions JSONL of bert-pipes evaluate, named <run>_predictions.jsonl "
+        "for the run <run>.json (repeat for several; those in a METRICS folder are found)",
+        exists=True,
+        dir_okay=False,
+        show_default=False,
+    ),
+    title: str = typer.Option("Evaluation report", "--title", help="The report's title"),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNGs (needs matplotlib)"),
+) -> None:
+    """Write an evaluation report: Markdown, and HTML with the pictures embedded.
+
+    Per run (a metrics JSON, named by its file name) and task: the overall
+    scores, P/R/F per label, and the training time from <run>_train_time.json.
+    Pictures: F1 per label (text classification, NER); with predictions, the
+    confusion matrix of an exclusive classifier (its most confused labels, and
+    all labels), NER error types per label, QA exact match and F1 per
+    question and per answer length; QA with and without an answer. Other
+    *_time.json files are listed in a timings table.
+    """
+    try:
+        report = write_report(
+            metrics, output_dir, predictions=predictions or [], title=title, plots=plots
+        )
+    except (ReportError, ImportError) as err:
+        _fail(str(err))
+    for note in report.notes:
+        typer.secho(f"Note: {note}", fg="yellow")
+    typer.echo(f"Wrote {report.markdown}, {report.html} and {len(report.images)} pictures")
+    typer.secho(f"Open {report.html} in a browser", fg="green")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(message, fg="red", err=True)
+    raise typer.Exit(code=1)

@@ -1,0 +1,189 @@
+"""`bert-pipes evaluate`: the scores of `spacy evaluate`, and per-doc predictions."""
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import spacy
+import torch
+from conftest import NER_TEXTS, SMALL_ENCODER, TRAIN_TEXTS, loader_config
+from spacy.tokens import DocBin
+from typer.testing import CliRunner
+
+from spacy_bert_pipes.cli import app
+
+torch.set_num_threads(1)
+runner = CliRunner()
+NER_LABELS = {"PER", "LOC", "ORG"}
+# (context, {key: (question, answer or None)})
+QA_DATA = [
+    (
+        "john smith is in paris",
+        {"who": ("who is it ?", "john smith"), "where": ("where ?", "paris")},
+    ),
+    ("hello world", {"who": ("who is it ?", None)}),
+    ("google is in new york", {"where": ("where ?", "new york")}),
+]
+
+
+@pytest.fixture(scope="module")
+def textcat_ner(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
+    """A pipeline with a text classifier and an entity recognizer (each with its
+    own encoder), and a corpus with both annotations."""
+    root = tmp_path_factory.mktemp("textcat_ner")
+    nlp = spacy.blank("en")
+    for name in ("bert_textcat", "bert_ner"):
+        nlp.add_pipe(name, config={"model": {"encoder": SMALL_ENCODER}})
+        nlp.config["initialize"]["components"][name] = loader_config(tiny_bert)
+    docs = []
+    for text, ents in NER_TEXTS:
+        doc = nlp.make_doc(text)
+        doc.cats = {"card": 0.0, "fx": 0.0, "other": 1.0}
+        doc.ents = [doc.char_span(s, e, label=lb) for s, e, lb in ents]
+        docs.append(doc)
+    for text, label in TRAIN_TEXTS:  # no entity annotation: NER scores leave them out
+        doc = nlp.make_doc(text)
+        doc.cats = {lb: float(lb == label) for lb in ("card", "fx", "other")}
+        docs.append(doc)
+    from spacy.training import Example
+
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
+    nlp.to_disk(root / "nlp")
+    DocBin(docs=docs).to_disk(root / "data.spacy")
+    return {"pipeline": str(root / "nlp"), "data": str(root / "data.spacy"), "n": str(len(docs))}
+
+
+@pytest.fixture(scope="module")
+def qa(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
+    """A bert_qa with no fixed questions: the corpus's docs bring their own."""
+    from spacy.training import Example
+
+    root = tmp_path_factory.mktemp("qa")
+    nlp = spacy.blank("en")
+    model = {"encoder": SMALL_ENCODER, "max_seq_len": 24, "doc_stride": 4, "max_question_len": 8}
+    nlp.add_pipe("bert_qa", config={"model": model, "handle_impossible_answer": True})
+    nlp.config["initialize"]["components"]["bert_qa"] = loader_config(tiny_bert)
+    docs = []
+    for text, asked in QA_DATA:
+        doc = nlp.make_doc(text)
+        doc._.questions = {k: q for k, (q, _) in asked.items()}
+        gold: Dict[str, List[Dict[str, Any]]] = {}
+        for key, (_, answer) in asked.items():
+            start = text.index(answer) if answer else 0
+            gold[key] = (
+                [{"text": answer, "start": start, "end": start + len(answer)}] if answer else []
+            )
+        doc._.gold_answers = gold
+        docs.append(doc)
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
+    nlp.to_disk(root / "nlp")
+    DocBin(docs=docs, store_user_data=True).to_disk(root / "data.spacy")
+    return {"pipeline": str(root / "nlp"), "data": str(root / "data.spacy")}
+
+
+def read_jsonl(path: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf8").splitlines()]
+
+
+def flatten(scores: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    flat: Dict[str, Any] = {}
+    for key, value in scores.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def test_help_names_every_option() -> None:
+    result = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for option in ("--output", "--predictions", "--gpu-id", "--batch-size"):
+        assert option in result.output
+
+
+def test_scores_are_those_of_spacy_evaluate(textcat_ner: Dict[str, str], tmp_path: Path) -> None:
+    from spacy.cli.evaluate import evaluate as spacy_evaluate
+
+    output = tmp_path / "metrics" / "run.json"
+    args = ["evaluate", textcat_ner["pipeline"], textcat_ner["data"], "--output", str(output)]
+    result = runner.invoke(app, args + ["--batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    assert "Textcat accuracy" in result.output and "NER F" in result.output
+    ours = json.loads(output.read_text(encoding="utf8"))
+    theirs = spacy_evaluate(textcat_ner["pipeline"], Path(textcat_ner["data"]))
+    assert set(ours) == set(theirs)
+    flat_ours, flat_theirs = flatten(ours), flatten(theirs)
+    assert flat_ours.keys() == flat_theirs.keys()
+    for key in set(flat_ours) - {"speed"}:
+        assert flat_ours[key] == pytest.approx(flat_theirs[key], abs=1e-9), key
+    assert f"({textcat_ner['n']} docs)" in result.output
+
+
+def test_predictions_beside_gold(textcat_ner: Dict[str, str], tmp_path: Path) -> None:
+    predictions = tmp_path / "run_predictions.jsonl"
+    args = ["evaluate", textcat_ner["pipeline"], textcat_ner["data"], "-p", str(predictions)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    records = read_jsonl(predictions)
+    assert len(records) == int(textcat_ner["n"])
+    assert [r["index"] for r in records] == list(range(len(records)))
+    first = records[0]
+    assert first["text"] == NER_TEXTS[0][0]
+    textcat = first["components"]["bert_textcat"]
+    assert textcat["task"] == "textcat" and textcat["exclusive"] is True
+    assert textcat["gold"] == ["other"] and len(textcat["predicted"]) == 1
+    assert set(textcat["scores"]) == set(textcat["gold"] + textcat["predicted"])
+    ner = first["components"]["bert_ner"]
+    assert ner["task"] == "ner"
+    assert ner["gold"] == [
+        {"start": 0, "end": 10, "label": "PER", "text": "john smith"},
+        {"start": 17, "end": 22, "label": "LOC", "text": "paris"},
+    ]
+    for entity in ner["predicted"]:
+        assert entity["label"] in NER_LABELS
+        assert first["text"][entity["start"] : entity["end"]] == entity["text"]
+        assert 0.0 <= entity["score"] <= 1.0
+
+
+def test_qa_asks_the_reference_questions(qa: Dict[str, str], tmp_path: Path) -> None:
+    output, predictions = tmp_path / "qa.json", tmp_path / "qa.jsonl"
+    args = ["evaluate", qa["pipeline"], qa["data"], "-o", str(output), "-p", str(predictions)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    scores = json.loads(output.read_text(encoding="utf8"))
+    assert scores["qa_n"] == 4 and scores["qa_has_ans_n"] == 3 and scores["qa_no_ans_n"] == 1
+    records = read_jsonl(predictions)
+    questions = [q for r in records for q in r["components"]["bert_qa"]["questions"]]
+    assert [(q["key"], q["question"]) for q in questions] == [
+        ("who", "who is it ?"),
+        ("where", "where ?"),
+        ("who", "who is it ?"),
+        ("where", "where ?"),
+    ]
+    assert [q["gold"] for q in questions] == [["john smith"], ["paris"], [], ["new york"]]
+    # the per-question scores average to the scorer's
+    assert sum(q["exact"] for q in questions) / 4 == pytest.approx(scores["qa_exact"])
+    assert sum(q["f1"] for q in questions) / 4 == pytest.approx(scores["qa_f1"])
+    for record, q in zip(records, [questions[0], questions[2], questions[3]]):
+        assert q["predicted"] == "" or q["predicted"] in record["text"]
+
+
+@pytest.mark.parametrize(
+    "pipeline,data,message",
+    [
+        ("nope", None, "nope"),
+        (None, "empty", "the corpus has no docs"),
+    ],
+)
+def test_errors(
+    textcat_ner: Dict[str, str], tmp_path: Path, pipeline: Any, data: Any, message: str
+) -> None:
+    if data == "empty":
+        DocBin().to_disk(tmp_path / "empty.spacy")
+        data = str(tmp_path / "empty.spacy")
+    args = ["evaluate", pipeline or textcat_ner["pipeline"], data or textcat_ner["data"]]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert message in result.output
