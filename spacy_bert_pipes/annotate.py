@@ -1,9 +1,10 @@
 """Annotate large collections with a trained pipeline, in restartable chunks.
 
 `read_input` yields the rows of a CSV, JSONL or Parquet file, or of a folder
-of `.txt` files, as `InputRow`s: a row that cannot be annotated (null text,
-invalid UTF-8, a bad questions value...) carries its reason instead of being
-dropped. `doc_to_row` turns an annotated Doc into an output row:
+of `.txt` files or of Parquet files (shards), as `InputRow`s: a row that
+cannot be annotated (null text, invalid UTF-8, a bad questions value...)
+carries its reason instead of being dropped. `doc_to_row` turns an annotated
+Doc into an output row:
 
     {"id": str, "cats": {label: probability} | None,
      "entities": [{"text", "label", "start", "end", "score"}, ...],
@@ -17,8 +18,9 @@ written last, marks the chunk done). `OUTPUT.parts/manifest.json` records the
 input's size and mtime and the settings that change the results, so a rerun
 resumes an unfinished run only if they match. When every chunk is done the
 parts are concatenated into `OUTPUT.errors.jsonl` and then OUTPUT (again
-through temporary files and renames), then the parts folder is renamed away
-and deleted. A process killed at any moment leaves either a resumable parts
+through temporary files and renames; an OUTPUT folder gets the Parquet parts
+themselves, one shard per chunk), then the parts folder is renamed away and
+deleted. A process killed at any moment leaves either a resumable parts
 folder or a finished output; rerunning the same command gives the same bytes
 as an uninterrupted run (chunk boundaries do not depend on where a run
 stopped, and processing is deterministic on the same device and batch size).
@@ -31,6 +33,7 @@ with it), and only the ids seen so far are kept (to report duplicates).
 
 import codecs
 import csv
+import functools
 import hashlib
 import itertools
 import json
@@ -123,7 +126,7 @@ class AnnotateOptions:
     """The settings of an annotation run.
 
     input_format (InputFormat): "auto" infers it from the suffix (a folder is
-        "txt").
+        "parquet" if it holds .parquet files and no .txt files, else "txt").
     text_column (str): The column or field holding the text.
     id_column (Optional[str]): The column or field holding the id. None: "id"
         where the input has it, else the 0-based row number as a string.
@@ -156,7 +159,7 @@ class AnnotateRun:
 
     input_path (Path): The input file or folder.
     input_format (str): "csv", "jsonl", "parquet" or "txt".
-    output_path (Path): The output file.
+    output_path (Path): The output file, or folder of Parquet shards.
     output_format (str): "jsonl", "csv" or "parquet".
     parts_dir (Path): `OUTPUT.parts`, holding the manifest and committed chunks.
     options (AnnotateOptions): The settings.
@@ -165,6 +168,7 @@ class AnnotateRun:
     done (FrozenSet[int]): Indices of the chunks committed by an earlier run.
     total_rows (Optional[int]): The number of rows, where known without reading
         them all (Parquet, .txt folders).
+    sharded (bool): OUTPUT is a folder of Parquet shards, one per chunk.
     """
 
     input_path: Path
@@ -176,6 +180,7 @@ class AnnotateRun:
     manifest: Dict[str, Any]
     done: FrozenSet[int]
     total_rows: Optional[int] = None
+    sharded: bool = False
 
     @property
     def errors_path(self) -> Path:
@@ -214,7 +219,8 @@ class AnnotateSummary:
 
 
 def input_format_for(path: Path, input_format: InputFormat = "auto") -> InputFormat:
-    """The format of an input: as given, or "txt" for a folder, else by suffix.
+    """The format of an input: as given, else by suffix; a folder is "parquet"
+    if it holds .parquet files and no .txt files, else "txt".
 
     path (Path): The input file or folder.
     input_format (InputFormat): "auto" or the format to use.
@@ -223,13 +229,14 @@ def input_format_for(path: Path, input_format: InputFormat = "auto") -> InputFor
     if input_format != "auto":
         return input_format
     if Path(path).is_dir():
-        return "txt"
+        has = {suffix: any(Path(path).rglob(f"*{suffix}")) for suffix in (".txt", ".parquet")}
+        return "parquet" if has[".parquet"] and not has[".txt"] else "txt"
     suffix = Path(path).suffix.lower()
     if suffix not in INPUT_SUFFIXES:
         raise ConversionError(
             str(path),
             f"unknown input type {suffix!r}: expected .csv, .jsonl, .parquet or a folder "
-            "of .txt files (or set the input format)",
+            "of .txt or .parquet files (or set the input format)",
         )
     return INPUT_SUFFIXES[suffix]
 
@@ -243,10 +250,12 @@ def read_input(
     questions_column: Optional[str] = None,
 ) -> Iterator[InputRow]:
     """Read the rows of a CSV file (with a header row), a JSONL file (one object
-    per line; blank lines are skipped), a Parquet file (in batches of rows) or a
-    folder of `.txt` files (every `*.txt` below it, sorted by relative path; the
-    id is that path, the text the whole file). Text is read as UTF-8; a leading
-    byte order mark is dropped.
+    per line; blank lines are skipped), a Parquet file (in batches of rows), a
+    folder of Parquet files (every `*.parquet` below it, sorted by relative
+    path, read one after the other as one table) or a folder of `.txt` files
+    (every `*.txt` below it, sorted by relative path; the id is that path, the
+    text the whole file). Text is read as UTF-8; a leading byte order mark is
+    dropped.
 
     Problems with the whole input (no such column, not a Parquet file, an empty
     CSV) raise a `ConversionError` at once, before any row is yielded. Problems
@@ -279,14 +288,16 @@ def read_input(
         _check_first_record(path, text_column)
         return _jsonl_rows(path, text_column, id_column, questions_column)
     if fmt == "parquet":
-        names = _parquet_file(path).schema_arrow.names
-        for column in (text_column, id_column, questions_column):
-            if column is not None and column not in names:
-                raise ConversionError(
-                    str(path), f"no column {column!r}; the columns are: {_names(names)}"
-                )
-        use_id = id_column or (DEFAULT_ID_FIELD if DEFAULT_ID_FIELD in names else None)
-        return _parquet_rows(path, text_column, use_id, questions_column)
+        shards = _input_files(path, fmt)
+        schemas = [(shard, _parquet_file(shard).schema_arrow.names) for shard in shards]
+        use_id = id_column or (DEFAULT_ID_FIELD if DEFAULT_ID_FIELD in schemas[0][1] else None)
+        for shard, names in schemas:
+            for column in (text_column, use_id, questions_column):
+                if column is not None and column not in names:
+                    raise ConversionError(
+                        str(shard), f"no column {column!r}; the columns are: {_names(names)}"
+                    )
+        return _parquet_rows(path, shards, text_column, use_id, questions_column)
     if not path.is_dir():
         raise ConversionError(str(path), "a .txt input must be a folder of .txt files")
     if id_column is not None or questions_column is not None:
@@ -295,7 +306,7 @@ def read_input(
             "a folder of .txt files has no columns: the id is the file's relative path "
             "(no id or questions column)",
         )
-    return _txt_rows(path, _txt_files(path))
+    return _txt_rows(path, _folder_files(path, ".txt"))
 
 
 def read_questions_file(path: Path) -> Dict[str, str]:
@@ -584,37 +595,51 @@ def _parquet_file(path: Path) -> Any:
 
 
 def _parquet_rows(
-    path: Path, text_column: str, id_column: Optional[str], questions_column: Optional[str]
+    path: Path,
+    shards: List[Path],
+    text_column: str,
+    id_column: Optional[str],
+    questions_column: Optional[str],
 ) -> Iterator[InputRow]:
+    """The rows of each shard in turn (`[path]` for a file); a row's source is
+    its shard's path (relative to a folder) and its 0-based row in the shard."""
     import pyarrow as pa
 
-    parquet = _parquet_file(path)
     columns = [c for c in (text_column, id_column, questions_column) if c is not None]
     number = 0
-    for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=columns):
-        texts = batch.column(text_column)
-        # Strings are read as bytes and decoded here, so that invalid UTF-8 is
-        # an error row instead of an exception for the whole batch.
-        if pa.types.is_string(texts.type):
-            texts = texts.cast(pa.binary())
-        elif pa.types.is_large_string(texts.type):
-            texts = texts.cast(pa.large_binary())
-        text_values = texts.to_pylist()
-        ids = batch.column(id_column).to_pylist() if id_column is not None else None
-        questions = (
-            batch.column(questions_column).to_pylist() if questions_column is not None else None
-        )
-        for i, text in enumerate(text_values):
-            raw_id = ids[i] if ids is not None else str(number)
-            row_questions = questions[i] if questions is not None else None
-            yield _make_row(number, f"{path.name}:row {number}", raw_id, text, row_questions)
-            number += 1
+    for shard in shards:
+        name = shard.relative_to(path).as_posix() if shard != path else path.name
+        batches = _parquet_file(shard).iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=columns)
+        shard_row = 0
+        for batch in batches:
+            texts = batch.column(text_column)
+            # Strings are read as bytes and decoded here, so that invalid UTF-8
+            # is an error row instead of an exception for the whole batch.
+            if pa.types.is_string(texts.type):
+                texts = texts.cast(pa.binary())
+            elif pa.types.is_large_string(texts.type):
+                texts = texts.cast(pa.large_binary())
+            text_values = texts.to_pylist()
+            ids = batch.column(id_column).to_pylist() if id_column is not None else None
+            questions = (
+                batch.column(questions_column).to_pylist() if questions_column is not None else None
+            )
+            for i, text in enumerate(text_values):
+                raw_id = ids[i] if ids is not None else str(number)
+                row_questions = questions[i] if questions is not None else None
+                source = f"{name}:row {shard_row}"
+                yield _make_row(number, source, raw_id, text, row_questions)
+                number += 1
+                shard_row += 1
 
 
-def _txt_files(folder: Path) -> List[str]:
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.txt") if p.is_file())
+def _folder_files(folder: Path, suffix: str) -> List[str]:
+    """The relative paths of the files named *suffix in a folder and below, sorted."""
+    files = sorted(
+        p.relative_to(folder).as_posix() for p in folder.rglob(f"*{suffix}") if p.is_file()
+    )
     if not files:
-        raise ConversionError(str(folder), "no .txt files in this folder or below it")
+        raise ConversionError(str(folder), f"no {suffix} files in this folder or below it")
     return files
 
 
@@ -733,13 +758,23 @@ def _arrow_table(rows: List[Dict[str, Any]]) -> Any:
 
 
 def output_format_for(path: Path) -> OutputFormat:
-    """The output format, by the output file's suffix (.jsonl, .csv, .parquet)."""
+    """The output format, by the output file's suffix (.jsonl, .csv, .parquet);
+    a folder of Parquet shards (see `is_sharded_output`) is "parquet"."""
+    if is_sharded_output(path):
+        return "parquet"
     suffix = Path(path).suffix.lower()
     if suffix not in OUTPUT_SUFFIXES:
         raise AnnotateError(
-            f"{path}: unknown output type {suffix!r}: expected .jsonl, .csv or .parquet"
+            f"{path}: unknown output type {suffix!r}: expected .jsonl, .csv or .parquet, "
+            "or a folder (a path without a suffix) for Parquet shards"
         )
     return OUTPUT_SUFFIXES[suffix]
+
+
+def is_sharded_output(path: Path) -> bool:
+    """Whether OUTPUT is a folder of Parquet shards: it is an existing folder,
+    or a path without a suffix."""
+    return Path(path).is_dir() or not Path(path).suffix
 
 
 def errors_path_for(output_path: Path) -> Path:
@@ -758,7 +793,8 @@ def prepare_run(
 
     pipeline (str): The pipeline's folder or package name (for the manifest).
     input_path (Path): The input file or folder.
-    output_path (Path): The output file (.jsonl, .csv or .parquet).
+    output_path (Path): The output file (.jsonl, .csv or .parquet), or a folder
+        for Parquet shards.
     options (AnnotateOptions): The settings.
     RETURNS (AnnotateRun): The run, ready for `run_annotation`.
     """
@@ -772,9 +808,10 @@ def prepare_run(
     _read(input_path, options)  # checks the columns now
     total_rows = None
     if input_format == "parquet":
-        total_rows = _parquet_file(input_path).metadata.num_rows
+        shards = _input_files(input_path, input_format)
+        total_rows = sum(_parquet_file(shard).metadata.num_rows for shard in shards)
     elif input_format == "txt":
-        total_rows = len(_txt_files(input_path))
+        total_rows = len(_input_files(input_path, input_format))
     manifest = _manifest(pipeline, input_path, input_format, output_format, options)
     parts_dir = output_path.with_name(output_path.name + PARTS_SUFFIX)
     done = _committed_chunks(parts_dir, manifest, output_format, options.overwrite)
@@ -788,6 +825,8 @@ def prepare_run(
         manifest=manifest,
         done=frozenset(done),
         total_rows=total_rows,
+        # A folder left as OUTPUT.tmp: a run killed while swapping its OUTPUT folder.
+        sharded=is_sharded_output(output_path) or _sibling(output_path, ".tmp").is_dir(),
     )
 
 
@@ -860,16 +899,7 @@ def run_annotation(
     finally:
         if bar is not None:
             bar.close()
-    _finish(run, n_chunks)
-    return AnnotateSummary(
-        input_rows=input_rows,
-        output_rows=input_rows - error_rows,
-        error_rows=error_rows,
-        chunks=n_chunks,
-        resumed_chunks=len(run.done),
-        output_path=run.output_path,
-        errors_path=run.errors_path,
-    )
+    return _finish(run, n_chunks, input_rows, error_rows)
 
 
 def annotate(
@@ -897,6 +927,14 @@ def annotate(
     return run_annotation(
         run, load_pipeline(pipeline, options), progress=progress, on_chunk=on_chunk
     )
+
+
+def _input_files(path: Path, input_format: str) -> List[Path]:
+    """The files of an input: a folder's .txt or .parquet files, or the file."""
+    if not path.is_dir():
+        return [path]
+    suffix = ".parquet" if input_format == "parquet" else ".txt"
+    return [path / name for name in _folder_files(path, suffix)]
 
 
 def _read(path: Path, options: AnnotateOptions) -> Iterator[InputRow]:
@@ -1009,7 +1047,7 @@ def _manifest(
     """What the output depends on: the input's identity and the settings that
     change results (not batch_size or n_process)."""
     if input_path.is_dir():
-        stats = [(input_path / name).stat() for name in _txt_files(input_path)]
+        stats = [path.stat() for path in _input_files(input_path, input_format)]
         input_id: Dict[str, Any] = {
             "files": len(stats),
             "size": sum(s.st_size for s in stats),
@@ -1114,20 +1152,33 @@ def _differences(found: Any, expected: Any, prefix: str = "") -> List[str]:
     return []
 
 
-def _finish(run: AnnotateRun, n_chunks: int) -> None:
+def _finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) -> AnnotateSummary:
     """Concatenate the parts into OUTPUT.errors.jsonl, then OUTPUT (so a new
-    OUTPUT comes with its errors file), then remove the parts folder: renamed
-    first, so that a kill while deleting it leaves no half-deleted run to
-    resume (the next run removes the leftover)."""
+    OUTPUT comes with its errors file; an OUTPUT folder gets the parts), then
+    remove the parts folder: renamed first, so that a kill while deleting it
+    leaves no half-deleted run to resume (the next run removes the leftover).
+    Both engines end here."""
     parts = [run.part_path(i) for i in range(n_chunks)]
     errors = [run.part_errors_path(i) for i in range(n_chunks)]
     _commit(run.errors_path, lambda p: _concatenate(errors, p, "jsonl"))
-    _commit(run.output_path, lambda p: _concatenate(parts, p, run.output_format))
+    if run.sharded:
+        _commit_shards(run.output_path, parts)
+    else:
+        _commit(run.output_path, lambda p: _concatenate(parts, p, run.output_format))
     finished = _finished_dir(run.parts_dir)
     _remove_tree(finished)
     os.replace(run.parts_dir, finished)
     _fsync_dir(run.parts_dir.parent)
     _remove_tree(finished)
+    return AnnotateSummary(
+        input_rows=input_rows,
+        output_rows=input_rows - error_rows,
+        error_rows=error_rows,
+        chunks=n_chunks,
+        resumed_chunks=len(run.done),
+        output_path=run.output_path,
+        errors_path=run.errors_path,
+    )
 
 
 def _concatenate(parts: List[Path], path: Path, fmt: str) -> None:
@@ -1148,6 +1199,30 @@ def _concatenate(parts: List[Path], path: Path, fmt: str) -> None:
             with part.open("rb") as file_:
                 shutil.copyfileobj(file_, out)
             _test_pause()
+
+
+def _commit_shards(path: Path, parts: List[Path]) -> None:
+    """Replace OUTPUT with a folder of the Parquet parts, one shard per chunk
+    (hard links to the parts, or copies across file systems). The folder is
+    built as OUTPUT.tmp; the old OUTPUT is renamed to OUTPUT.old, the new one
+    renamed in, and the old one deleted. A kill in between leaves the parts
+    folder, and the rerun does this step again."""
+    tmp, old = _sibling(path, ".tmp"), _sibling(path, ".old")
+    _remove_path(tmp)
+    tmp.mkdir()
+    for part in parts:
+        try:
+            os.link(part, tmp / part.name)
+        except OSError:  # another file system, or no hard links
+            _commit(tmp / part.name, functools.partial(shutil.copyfile, part))
+        _test_pause()
+    _fsync_dir(tmp)
+    _remove_path(old)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    _remove_path(old)
 
 
 def _commit_rows(path: Path, rows: List[Dict[str, Any]], fmt: str) -> None:
@@ -1182,6 +1257,18 @@ def _finished_dir(parts_dir: Path) -> Path:
 def _remove_tree(path: Path) -> None:
     if path.exists():
         shutil.rmtree(path)
+
+
+def _remove_path(path: Path) -> None:
+    """Remove a file or a folder, if there is one."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
 
 
 def _count_lines(path: Path) -> int:

@@ -1,7 +1,7 @@
 """`bert-pipes annotate ...`: annotate a large collection with a trained pipeline."""
 
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Literal, NoReturn, Optional
 
 import spacy
 import typer
@@ -32,15 +32,16 @@ def annotate_cli(
     input_path: Path = typer.Argument(
         ...,
         help="A .csv file with a header row, a .jsonl file of JSON objects, a .parquet "
-        "file, or a folder of .txt files (one doc per file)",
+        "file, or a folder of .txt files (one doc per file) or of .parquet files (shards, "
+        "read in order of their paths)",
         metavar="INPUT",
         exists=True,
     ),
     output_path: Path = typer.Argument(
         ...,
-        help="The .jsonl, .csv or .parquet file to write",
+        help="The .jsonl, .csv or .parquet file to write, or a folder (a path without a "
+        "suffix) to write as Parquet shards, one per chunk",
         metavar="OUTPUT",
-        dir_okay=False,
     ),
     input_format: InputFormat = typer.Option(
         "auto",
@@ -98,6 +99,30 @@ def annotate_cli(
     strict: bool = typer.Option(
         False, "--strict", help="Exit with code 1 if any row could not be annotated"
     ),
+    engine: Literal["local", "ray"] = typer.Option(
+        "local",
+        "--engine",
+        help="local: this process (--n-process, --gpu-id); ray: a pool of Ray actors "
+        "that each load the pipeline once (needs spacy-bert-pipes[ray])",
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None,
+        "--ray-address",
+        help="The Ray cluster to run on, e.g. auto or ray://head:10001 (default: "
+        "$RAY_ADDRESS, else a local Ray started for this run and stopped after it)",
+    ),
+    ray_workers: int = typer.Option(
+        2, "--ray-workers", min=1, help="Ray actors, each with its own copy of the pipeline"
+    ),
+    cpus_per_worker: float = typer.Option(
+        1.0, "--cpus-per-worker", min=0.01, help="CPUs per Ray actor (and its torch threads)"
+    ),
+    gpu_per_worker: float = typer.Option(
+        0.0,
+        "--gpu-per-worker",
+        min=0.0,
+        help="GPUs per Ray actor, e.g. 1, or 0.5 for two actors per GPU; 0 runs on CPUs",
+    ),
 ) -> None:
     """Annotate a collection with a trained pipeline, in restartable chunks.
 
@@ -114,7 +139,18 @@ def annotate_cli(
     Finished chunks are kept in OUTPUT.parts until the end: after a crash or a
     kill, run the same command again to resume; the result is the same as
     that of an uninterrupted run.
+
+    With --engine ray, this process reads and checks the input as the local
+    engine does, Ray actors annotate whole chunks, and each chunk is saved to
+    OUTPUT.parts when it comes back: the rows, the errors file and resuming
+    are the same as with the local engine (a run started with one engine can
+    be finished with the other).
     """
+    if engine == "ray" and (gpu_id >= 0 or n_process > 1):
+        _fail(
+            "--gpu-id and --n-process are for the local engine; with --engine ray, "
+            "use --gpu-per-worker and --ray-workers"
+        )
     try:
         questions = read_questions_file(questions_path) if questions_path else {}
         options = AnnotateOptions(
@@ -136,10 +172,22 @@ def annotate_cli(
                 f"Resuming the unfinished run in {run.parts_dir}: {n_done} "
                 f"chunk{'s' if n_done != 1 else ''} of {chunk_size} rows already done"
             )
-        if gpu_id >= 0:
-            spacy.require_gpu(gpu_id)
-        nlp = load_pipeline(pipeline, options)
-        summary = run_annotation(run, nlp, progress=True)
+        if engine == "ray":
+            from ..annotate_ray import run_annotation_ray
+
+            summary = run_annotation_ray(
+                run,
+                pipeline,
+                address=ray_address,
+                workers=ray_workers,
+                cpus_per_worker=cpus_per_worker,
+                gpus_per_worker=gpu_per_worker,
+                progress=True,
+            )
+        else:
+            if gpu_id >= 0:
+                spacy.require_gpu(gpu_id)
+            summary = run_annotation(run, load_pipeline(pipeline, options), progress=True)
     except (ConversionError, AnnotateError) as err:
         _fail(str(err))
     except OSError as err:  # spacy.load: no such pipeline

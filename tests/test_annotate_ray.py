@@ -1,0 +1,212 @@
+"""The ray engine of batch annotation (spacy_bert_pipes.annotate_ray): the same
+rows and error rows as the local engine, resuming across engines, and the
+sharded Parquet input and output that both engines read and write."""
+
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import WORDS
+from test_annotate import read_errors, read_output, run, save_tiny_pipeline
+
+from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, prepare_run
+from spacy_bert_pipes.annotate_ray import annotate_ray, run_annotation_ray
+
+torch.set_num_threads(1)  # as in Ray's actors (OMP_NUM_THREADS=1): the same float sums
+
+needs_ray = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None,
+    reason="Ray is an optional extra: pip install 'spacy-bert-pipes[ray]'",
+)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """bert_textcat, bert_ner and bert_qa (for the rows' own questions)."""
+    return str(save_tiny_pipeline(tmp_path_factory.mktemp("pipeline") / "nlp", tiny_bert))
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One small local Ray for the module: the engine uses it as it is."""
+    import logging
+
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    yield
+    ray.shutdown()
+
+
+def texts(n: int, seed: int = 0) -> List[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(WORDS, k=rng.randint(0, 16))) for _ in range(n)]
+
+
+def write_jsonl_with_bad_rows(path: Path, n: int) -> Path:
+    """n rows, some with their own questions, and every kind of bad row spread
+    through them: each must go to the errors file, none may vanish."""
+    bad = [
+        b'{"id": "null", "text": null}',
+        b'{"id": "missing", "body": "no text field"}',
+        b'{"id": "utf8", "text": "bad \xff byte"}',
+        b'{"id": "json", "text": "cut',
+        b"[1, 2]",
+        b'{"id": "d7", "text": "a duplicate id"}',
+        b'{"id": "number", "text": 12}',
+        b'{"id": "surrogate", "text": "lone \\ud800"}',
+        b'{"id": "questions", "text": "x", "questions": "not json"}',
+    ]
+    lines = []
+    for i, text in enumerate(texts(n)):
+        record: Dict[str, Any] = {"id": f"d{i}", "text": text}
+        if i % 97 == 0:
+            record["questions"] = {"who": "who is in paris ?"}
+        lines.append(json.dumps(record).encode("utf8"))
+        if i % 211 == 5:
+            lines.append(bad[(i // 211) % len(bad)])
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+@needs_ray
+def test_2000_docs_give_the_local_rows(pipeline: str, tmp_path: Path, local_ray: None) -> None:
+    """The acceptance test: 2 workers, byte for byte the local engine's output
+    and errors file."""
+    input_path = write_jsonl_with_bad_rows(tmp_path / "in.jsonl", 2000)
+    options = dict(chunk_size=250, questions_column="questions")
+    local = tmp_path / "local.jsonl"
+    summary = run(pipeline, input_path, local, **options)
+    assert summary.input_rows == 2010 and summary.error_rows == 10
+    output = tmp_path / "ray.jsonl"
+    found = annotate_ray(pipeline, input_path, output, AnnotateOptions(**options), workers=2)
+    counts = ("input_rows", "output_rows", "error_rows", "chunks")
+    assert [getattr(found, name) for name in counts] == [getattr(summary, name) for name in counts]
+    assert output.read_bytes() == local.read_bytes()
+    assert read_errors(output) == read_errors(local)
+    assert {error["id"] for error in read_errors(output)} >= {"null", "missing", "utf8", "d7"}
+    rows = read_output(output)
+    assert len(rows) == 2000 and rows[0]["answers"] and rows[1]["answers"] == []
+    assert not (tmp_path / "ray.jsonl.parts").exists()
+
+
+def write_shards(folder: Path, records: List[Dict[str, Any]], sizes: List[int]) -> Path:
+    """The records as Parquet shards of these sizes, the texts as binary (so
+    that they can hold invalid UTF-8), in sub/ for the last one."""
+    folder.mkdir()
+    start = 0
+    for i, size in enumerate(sizes):
+        shard = records[start : start + size]
+        path = folder / ("sub/" if i == len(sizes) - 1 else "") / f"part-{i}.parquet"
+        path.parent.mkdir(exist_ok=True)
+        schema = pa.schema([("id", pa.string()), ("text", pa.binary())])
+        pq.write_table(pa.Table.from_pylist(shard, schema=schema), path)
+        start += size
+    return folder
+
+
+@needs_ray
+def test_sharded_parquet_in_and_out(pipeline: str, tmp_path: Path, local_ray: None) -> None:
+    records: List[Dict[str, Any]] = [
+        {"id": f"r{i}", "text": text.encode("utf8")} for i, text in enumerate(texts(23, seed=1))
+    ]
+    records[4]["text"] = None
+    records[15]["text"] = b"caf\xe9"
+    shards = write_shards(tmp_path / "shards", records, [10, 0, 13])
+    single = tmp_path / "single.parquet"
+    pq.write_table(pa.Table.from_pylist(records), single)
+
+    local = tmp_path / "local.jsonl"
+    run(pipeline, single, local, chunk_size=5)
+    local_dir = tmp_path / "local_out"
+    run(pipeline, shards, local_dir, chunk_size=5)
+    ray_dir = tmp_path / "ray_out"
+    summary = annotate_ray(pipeline, shards, ray_dir, AnnotateOptions(chunk_size=5), workers=2)
+    assert (summary.input_rows, summary.error_rows, summary.chunks) == (23, 2, 5)
+
+    # One shard per chunk; read together, the rows of the local engine.
+    names = [f"part-{i:06d}.parquet" for i in range(5)]
+    assert sorted(p.name for p in ray_dir.iterdir()) == names
+    assert [pq.read_metadata(ray_dir / name).num_rows for name in names] == [4, 5, 5, 4, 3]
+    assert read_output(ray_dir) == read_output(local_dir) == read_output(local)
+    for output in (local_dir, ray_dir):
+        assert read_errors(output) == [
+            {"id": "r4", "row": 4, "source": "part-0.parquet:row 4", "reason": "text is null"},
+            {
+                "id": "r15",
+                "row": 15,
+                "source": "sub/part-2.parquet:row 5",
+                "reason": "invalid UTF-8 in the text at byte 3: b'\\xe9'",
+            },
+        ]
+    # A run replaces the folder, leaving nothing beside it.
+    (ray_dir / "stale.parquet").write_bytes(b"old")
+    run(pipeline, shards, ray_dir, chunk_size=5)
+    assert sorted(p.name for p in ray_dir.iterdir()) == names
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ray_out")) == [
+        "ray_out",
+        "ray_out.errors.jsonl",
+    ]
+
+
+class Interrupted(Exception):
+    pass
+
+
+@needs_ray
+def test_a_stopped_ray_run_resumes_with_either_engine(
+    pipeline: str, tmp_path: Path, local_ray: None
+) -> None:
+    table = tmp_path / "in.csv"
+    lines = ["id,text"] + [f"c{i},{text}" for i, text in enumerate(texts(40, seed=2))]
+    lines[8] = "c7,bad \udcff byte"  # written back as the invalid byte 0xff
+    lines[20] = "c19,one,field too many"
+    table.write_bytes("\n".join(lines).encode("utf8", "surrogateescape") + b"\n")
+    expected = tmp_path / "expected.csv"
+    run(pipeline, table, expected, chunk_size=10)
+    assert [e["id"] for e in read_errors(expected)] == ["c7", "c19"]
+
+    output = tmp_path / "out.csv"
+    options = AnnotateOptions(chunk_size=10)
+
+    def stop_after_the_first_chunk(rows: int) -> None:
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        run_annotation_ray(
+            prepare_run(pipeline, table, output, options),
+            pipeline,
+            workers=2,
+            on_chunk=stop_after_the_first_chunk,
+        )
+    run_ = prepare_run(pipeline, table, output, options)
+    assert len(run_.done) == 1
+    summary = run_annotation_ray(run_, pipeline, workers=2)
+    assert (summary.resumed_chunks, summary.chunks, summary.error_rows) == (1, 4, 2)
+    assert output.read_bytes() == expected.read_bytes()
+    assert read_errors(output) == read_errors(expected)
+
+
+def test_without_ray_the_error_says_what_to_install(
+    pipeline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    input_path = tmp_path / "in.jsonl"
+    input_path.write_text('{"text": "hello"}\n', encoding="utf8")
+    with pytest.raises(AnnotateError, match=r"spacy-bert-pipes\[ray\]"):
+        annotate_ray(pipeline, input_path, tmp_path / "out.jsonl")
+
+
+def test_n_process_is_refused(pipeline: str, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    input_path = tmp_path / "in.jsonl"
+    input_path.write_text('{"text": "hello"}\n', encoding="utf8")
+    with pytest.raises(AnnotateError, match="n_process is for the local engine"):
+        annotate_ray(pipeline, input_path, tmp_path / "out.jsonl", AnnotateOptions(n_process=2))
