@@ -22,19 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import typer
 
 # The script's own folder is on sys.path: share speed.py's names.
-from speed import SYSTEMS, WORKLOADS  # noqa: E402
+from speed import RATIOS, SYSTEMS, WORKLOADS  # noqa: E402
 
-RATIOS = [
-    ("ours-textcat", "bare"),
-    ("ours-ner", "bare"),
-    ("ours-textcat-ner", "bare"),
-    ("ours-qa", "bare-qa"),
-    ("ours-textcat-ner", "trf-textcat-ner"),
-    ("ours-textcat", "hf-textcat"),
-    ("ours-ner", "hf-ner"),
-    ("ours-textcat-ner", "hf-textcat-ner"),
-    ("ours-qa", "hf-qa"),
-]
 Key = Tuple[str, str, int, int, str]  # workload, precision, threads, max_batch_tokens, system
 
 
