@@ -1,19 +1,24 @@
 """Do window edges change bert_ner's entities? Long docs vs. their sentences.
 
-    python bench/ner_windows.py PIPELINE [--words 5000] [--output bench/results/ner_windows.json]
+    python bench/ner_windows.py PIPELINE [--words 5000] [--sentences none|gold|sentencizer]
+        [--context doc|sentence] [--output bench/results/ner_windows.json]
 
 CoNLL-2003 test sentences are joined, in order, into documents of at least
 `--words` words (each is split into many encoder windows). Every sentence is
-also annotated alone. An entity "agrees" when the long document has the same
-label at the same characters. Also checks that every entity's tokens carry
-a valid tag sequence (B/I with one label, never an orphan I).
+also annotated alone. The long documents get no sentence boundaries (like raw
+text), the sentences' own ones (`gold`), or spaCy's rule-based `sentencizer`'s;
+`--context` overrides the pipeline encoder's context (`doc`: windows over the
+whole text; `sentence`: each sentence encoded apart). An entity "agrees" when
+the long document has the same label at the same characters. Also checks that
+every entity's tokens carry a valid tag sequence (B/I with one label, never an
+orphan I).
 """
 
 import json
 import platform
 import time
 from pathlib import Path
-from typing import List, Set, Tuple
+from typing import List, Literal, Optional, Set, Tuple
 
 import spacy
 import typer
@@ -60,13 +65,23 @@ def tags_valid(doc: Doc) -> bool:
 def main(
     pipeline: Path = typer.Argument(..., help="A trained pipeline with bert_ner writing doc.ents"),
     words: int = typer.Option(5000, help="Minimum words per long document"),
-    keep_sentences: bool = typer.Option(
-        False, help="Give the long documents the sentences' boundaries (default: none)"
+    sentences_from: Literal["none", "gold", "sentencizer"] = typer.Option(
+        "none",
+        "--sentences",
+        help="Sentence boundaries of the long documents: none, the CoNLL sentences' "
+        "(gold), or spaCy's rule-based sentencizer's",
+    ),
+    context: Optional[Literal["doc", "sentence"]] = typer.Option(
+        None, help="Override the encoder's context (default: as the pipeline was trained)"
     ),
     data: Path = typer.Option(CONLL / "test.txt", help="CoNLL-2003 file"),
     output: Path = typer.Option(Path("bench/results/ner_windows.json"), help="JSON results"),
 ) -> None:
     nlp = spacy.load(pipeline)
+    encoder = nlp.get_pipe("bert_ner").model.get_ref("encoder")
+    if context is not None:
+        encoder.attrs["context"] = context
+    sentencizer = spacy.blank("en").add_pipe("sentencizer")
     sentences = list(read_conll_ner(data, nlp.vocab, n_sents=1))
     groups: List[List[Doc]] = [[]]
     for sentence in sentences:
@@ -82,7 +97,9 @@ def main(
     start = time.perf_counter()
     per_doc = []
     for group in groups:
-        long_doc, offsets = join(group, nlp.vocab, keep_sentences)
+        long_doc, offsets = join(group, nlp.vocab, sentences_from == "gold")
+        if sentences_from == "sentencizer":
+            long_doc = sentencizer(long_doc)
         long_doc = nlp(long_doc)
         valid &= tags_valid(long_doc)
         expected: Set[Entity] = set()
@@ -99,12 +116,13 @@ def main(
         n_agree += len(found & expected)
     seconds_long = time.perf_counter() - start
     result = {
-        "command": f"python bench/ner_windows.py {pipeline} --words {words}"
-        + (" --keep-sentences" if keep_sentences else ""),
-        "long_docs_have_sentence_boundaries": keep_sentences,
+        "command": f"python bench/ner_windows.py {pipeline} --words {words} "
+        f"--sentences {sentences_from}" + (f" --context {context}" if context else ""),
+        "long_doc_sentences": sentences_from,
+        "context": encoder.attrs.get("context", "doc"),
         "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
         "pipeline": str(pipeline),
-        "encoder": nlp.get_pipe("bert_ner").model.get_ref("encoder").attrs.get("max_length"),
+        "encoder_max_length": encoder.attrs.get("max_length"),
         "sentences": len(sentences),
         "long_docs": len(groups),
         "entities_alone": n_alone,

@@ -1,12 +1,13 @@
 """The BERT encoder as a thinc Model: Docs in, one DocEncoding per Doc out.
 
 Forward pass, in order:
-1. tokenize each doc's text once with the fast tokenizer (character offsets kept);
-2. split long texts into overlapping windows (`windows.plan_windows`);
+1. tokenize each doc's text once with the fast tokenizer (character offsets kept),
+   or with `context = "sentence"` each of its sentences apart;
+2. split long texts (sentences) into overlapping windows (`windows.plan_windows`);
 3. pack the windows of all docs into length-sorted batches under a padded-token
    budget (`windows.pack_batches`) and run each batch through the transformer;
 4. merge each doc's windows: the [CLS] vectors are averaged, each wordpiece takes
-   its vector from its max-context window.
+   its vector from its max-context window (of its own sentence, by sentence).
 The backward pass scatters the heads' gradients back into the batches.
 """
 
@@ -36,6 +37,8 @@ from .windows import WindowPlan, pack_batches, plan_windows
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
 
+CONTEXTS = ("doc", "sentence")
+
 
 @dataclass
 class Pieces:
@@ -54,6 +57,7 @@ def BertEncoder(
     precision: Literal["fp32", "bf16", "fp16", "int8", "auto"] = "fp32",
     frozen_layers: Union[int, Literal["all"]] = 0,
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
+    context: Literal["doc", "sentence"] = "doc",
 ) -> Model[List[Doc], List[DocEncoding]]:
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
 
@@ -73,9 +77,17 @@ def BertEncoder(
         and the bottom k layers; "all" freezes the encoder (feature-based).
     hidden_layers (str): "last" layer, or the sum or concatenation of the last four
         layers (the BERT paper's feature-based setups; concatenation is 4x wider).
+    context (str): What BERT sees around each wordpiece. "doc": the whole text, in
+        windows of max_length. "sentence": each sentence apart (`doc.sents`, from a
+        parser, senter or sentencizer earlier in the pipeline; a doc without
+        sentence boundaries is one sentence), so a sentence gets the same vectors
+        alone or inside any document: what a model trained on sentences (CoNLL)
+        expects. The [CLS] vector is then the mean over the doc's sentences.
     """
     from .hf_shim import HFShim
 
+    if context not in CONTEXTS:
+        raise ValueError(f"context must be one of {', '.join(CONTEXTS)}: {context!r}")
     if max_length < 3:
         raise ValueError(f"max_length must leave room for text and 2 special tokens: {max_length}")
     if not 0 <= stride < max_length - 2:
@@ -94,6 +106,7 @@ def BertEncoder(
             "stride": stride,
             "max_batch_tokens": max_batch_tokens,
             "source": "",
+            "context": context,
         },
     )
 
@@ -204,6 +217,29 @@ def run_windows(
     return outputs, backprop_windows
 
 
+def segments(doc: Doc, context: str) -> List[Tuple[int, int]]:
+    """The character spans of `doc` that are encoded apart: the whole text, or with
+    context "sentence" each sentence that is not blank (a doc without sentence
+    boundaries, or with only blank ones, is one span)."""
+    if context == "sentence" and doc.has_annotation("SENT_START"):
+        text = doc.text
+        spans = [(s.start_char, s.end_char) for s in doc.sents]
+        spans = [(start, end) for start, end in spans if text[start:end].strip()]
+        if spans:
+            return spans
+    return [(0, len(doc.text))]
+
+
+@dataclass
+class _Segment:
+    """One encoded span of a doc: its wordpieces, window plan and first window."""
+
+    start_char: int
+    pieces: Pieces
+    plan: WindowPlan
+    first_window: int
+
+
 def forward(
     model: Model[List[Doc], List[DocEncoding]], docs: List[Doc], is_train: bool
 ) -> Tuple[List[DocEncoding], Callable[[List[DocEncodingGrad]], List[Doc]]]:
@@ -211,54 +247,86 @@ def forward(
     cls_id, sep_id, _ = special_ids(model)
     size = model.attrs["max_length"] - 2
     stride = model.attrs["stride"]
-    pieces = tokenize(model, [doc.text for doc in docs])
-    plans: List[WindowPlan] = []
+    context = model.attrs.get("context", "doc")
+    spans = [segments(doc, context) for doc in docs]
+    texts = [
+        doc.text if len(doc_spans) == 1 and doc_spans[0] == (0, len(doc.text)) else doc.text[s:e]
+        for doc, doc_spans in zip(docs, spans)
+        for s, e in doc_spans
+    ]
+    pieces = iter(tokenize(model, texts))
+    doc_segments: List[List[_Segment]] = []
     windows: List[Tuple[Ints1d, Ints1d]] = []
-    first_window: List[int] = []
-    for doc_pieces in pieces:
-        plan = plan_windows(len(doc_pieces.ids), size, stride)
-        plans.append(plan)
-        first_window.append(len(windows))
-        for start, end in plan.spans:
-            body = cast(numpy.ndarray, doc_pieces.ids[start:end])
-            ids = cast(Ints1d, numpy.concatenate(([cls_id], body, [sep_id])).astype("i"))
-            windows.append((ids, cast(Ints1d, numpy.zeros(len(ids), dtype="i"))))
+    for doc_spans in spans:
+        segs = []
+        for start_char, _ in doc_spans:
+            seg_pieces = next(pieces)
+            plan = plan_windows(len(seg_pieces.ids), size, stride)
+            segs.append(_Segment(start_char, seg_pieces, plan, len(windows)))
+            for start, end in plan.spans:
+                body = cast(numpy.ndarray, seg_pieces.ids[start:end])
+                ids = cast(Ints1d, numpy.concatenate(([cls_id], body, [sep_id])).astype("i"))
+                windows.append((ids, cast(Ints1d, numpy.zeros(len(ids), dtype="i"))))
+        doc_segments.append(segs)
     hidden, backprop_windows = run_windows(model, windows, is_train)
 
     encodings = []
-    for doc_pieces, plan, w0 in zip(pieces, plans, first_window):
-        doc_hidden = hidden[w0 : w0 + len(plan.spans)]
-        cls = doc_hidden[0][0] if plan.single else xp.stack([h[0] for h in doc_hidden]).mean(0)
-        if plan.single:
-            wordpieces = doc_hidden[0][1 : 1 + len(doc_pieces.ids)]
+    for segs in doc_segments:
+        merged = [_merge_windows(xp, hidden, seg, size) for seg in segs]
+        if len(segs) == 1:
+            cls, wordpieces = merged[0]
+            offsets = segs[0].pieces.offsets
         else:
-            # +1 skips the window's [CLS]
-            stacked = xp.stack([h[1 : 1 + size] for h in _padded(xp, doc_hidden, size)])
-            wordpieces = stacked[xp.asarray(plan.owner), xp.asarray(plan.position)]
-        encodings.append(DocEncoding(cls=cls, wordpieces=wordpieces, offsets=doc_pieces.offsets))
+            n_windows = [len(seg.plan.spans) for seg in segs]
+            cls = sum(c * n for (c, _), n in zip(merged, n_windows)) / sum(n_windows)
+            wordpieces = xp.concatenate([w for _, w in merged])
+            offsets = cast(
+                Ints2d,
+                numpy.concatenate([seg.pieces.offsets + seg.start_char for seg in segs]),
+            )
+        encodings.append(DocEncoding(cls=cls, wordpieces=wordpieces, offsets=offsets))
 
     def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
         d_windows: List[Optional[Floats2d]] = [None] * len(windows)
-        for d_enc, plan, w0, _doc_pieces in zip(d_encodings, plans, first_window, pieces):
+        for d_enc, segs in zip(d_encodings, doc_segments):
             if d_enc.d_cls is None and d_enc.d_wordpieces is None:
                 continue
-            n_win = len(plan.spans)
-            grads = [xp.zeros(hidden[w0 + w].shape, dtype="f") for w in range(n_win)]
-            if d_enc.d_cls is not None:
-                for g in grads:
-                    g[0] += d_enc.d_cls / n_win
-            if d_enc.d_wordpieces is not None:
-                for w in range(n_win):
-                    own = numpy.nonzero(plan.owner == w)[0]
-                    rows = xp.asarray(1 + numpy.asarray(plan.position)[own])
-                    # index arrays live with the data (cupy on GPU)
-                    grads[w][rows] += d_enc.d_wordpieces[xp.asarray(own)]
-            for w in range(n_win):
-                d_windows[w0 + w] = grads[w]
+            n_win = sum(len(seg.plan.spans) for seg in segs)
+            piece_start = 0
+            for seg in segs:
+                plan, w0 = seg.plan, seg.first_window
+                n_pieces = len(seg.pieces.ids)
+                grads = [xp.zeros(hidden[w0 + w].shape, dtype="f") for w in range(len(plan.spans))]
+                if d_enc.d_cls is not None:
+                    for g in grads:
+                        g[0] += d_enc.d_cls / n_win
+                if d_enc.d_wordpieces is not None:
+                    d_pieces = d_enc.d_wordpieces[piece_start : piece_start + n_pieces]
+                    for w in range(len(plan.spans)):
+                        own = numpy.nonzero(plan.owner == w)[0]
+                        rows = xp.asarray(1 + numpy.asarray(plan.position)[own])
+                        # index arrays live with the data (cupy on GPU)
+                        grads[w][rows] += d_pieces[xp.asarray(own)]
+                for w in range(len(plan.spans)):
+                    d_windows[w0 + w] = grads[w]
+                piece_start += n_pieces
         backprop_windows(d_windows)
         return []
 
     return encodings, backprop
+
+
+def _merge_windows(xp: Any, hidden: List[Floats2d], seg: _Segment, size: int) -> Tuple[Any, Any]:
+    """A segment's [CLS] vector (mean over its windows) and its wordpiece vectors,
+    each from the window that owns the wordpiece."""
+    plan, w0 = seg.plan, seg.first_window
+    seg_hidden = hidden[w0 : w0 + len(plan.spans)]
+    if plan.single:
+        return seg_hidden[0][0], seg_hidden[0][1 : 1 + len(seg.pieces.ids)]
+    cls = xp.stack([h[0] for h in seg_hidden]).mean(0)
+    # +1 skips the window's [CLS]
+    stacked = xp.stack([h[1 : 1 + size] for h in _padded(xp, seg_hidden, size)])
+    return cls, stacked[xp.asarray(plan.owner), xp.asarray(plan.position)]
 
 
 def _padded(xp: Any, windows: List[Floats2d], size: int) -> List[Floats2d]:

@@ -7,12 +7,14 @@ import shutil
 import numpy
 import pytest
 import spacy
+from spacy.tokens import Doc
 import torch
 from numpy.testing import assert_allclose
 from thinc.api import Adam
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from spacy_bert_pipes.models.encoder import BertEncoder
+from spacy_bert_pipes.models.windows import plan_windows
 from spacy_bert_pipes.models.loaders import HFCheckpoint
 from spacy_bert_pipes.models.types import DocEncodingGrad
 
@@ -413,3 +415,85 @@ def test_auto_precision_follows_the_cpu(monkeypatch):
     assert hf_shim.resolve_precision("auto", cpu) == "bf16"
     monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
     assert hf_shim.resolve_precision("auto", cpu) == "fp32"
+
+
+def _with_sentences(nlp, sentences):
+    """A doc of the sentences joined by spaces, with a sentence start at each."""
+    docs = [nlp(s) for s in sentences]
+    doc = Doc.from_docs(docs)
+    starts = set()
+    i = 0
+    for d in docs:
+        starts.add(i)
+        i += len(d)
+    for token in doc:
+        token.is_sent_start = token.i in starts
+    return doc
+
+
+SENTENCES = [LONG, "Hello world.", "   ", SHORT]
+
+
+def test_sentence_context_equals_each_sentence_alone(tiny_bert, nlp):
+    encoder = make_encoder(tiny_bert, max_length=24, stride=6, context="sentence")
+    doc = _with_sentences(nlp, SENTENCES)
+    (enc,) = encoder.predict([doc])
+    alone = encoder.predict([nlp(s) for s in SENTENCES if s.strip()])
+    assert_allclose(enc.wordpieces, numpy.concatenate([a.wordpieces for a in alone]), atol=1e-5)
+    # offsets point into the whole doc's text
+    for (start, end), piece in zip(enc.offsets, enc.wordpieces):
+        assert 0 <= start <= end <= len(doc.text)
+    hf_tokenizer = encoder.shims[0].tokenizer
+    ids = hf_tokenizer(doc.text, add_special_tokens=False, return_offsets_mapping=True)
+    assert numpy.array_equal(enc.offsets, numpy.asarray(ids["offset_mapping"]))
+    # the doc's [CLS] is the mean over all windows of its sentences
+    n_windows = [len(plan_windows(len(a.wordpieces), 22, 6).spans) for a in alone]
+    expected = sum(a.cls * n for a, n in zip(alone, n_windows)) / sum(n_windows)
+    assert_allclose(enc.cls, expected, atol=1e-5)
+
+
+def test_sentence_context_without_boundaries_is_the_whole_doc(tiny_bert, nlp):
+    by_doc = make_encoder(tiny_bert, max_length=24, stride=6)
+    by_sentence = make_encoder(tiny_bert, max_length=24, stride=6, context="sentence")
+    docs = [nlp(LONG + " " + SHORT), nlp(""), nlp("   ")]
+    for a, b in zip(by_doc.predict(docs), by_sentence.predict(docs)):
+        assert_allclose(a.cls, b.cls, atol=1e-6)
+        assert_allclose(a.wordpieces, b.wordpieces, atol=1e-6)
+    # only blank sentences: one (empty) window, as for a blank doc
+    (blank,) = by_sentence.predict([_with_sentences(nlp, ["  ", " "])])
+    assert blank.wordpieces.shape[0] == 0 and numpy.isfinite(blank.cls).all()
+
+
+def test_sentence_context_backprop_matches_torch_autograd(still_bert, nlp):
+    encoder = make_encoder(still_bert, max_length=16, stride=4, context="sentence")
+    doc = _with_sentences(nlp, [LONG, SHORT])
+    (enc,), backprop = encoder.begin_update([doc])
+    rng = numpy.random.default_rng(0)
+    d = DocEncodingGrad(
+        d_cls=rng.normal(size=enc.cls.shape).astype("f"),
+        d_wordpieces=rng.normal(size=enc.wordpieces.shape).astype("f"),
+    )
+    backprop([d])
+
+    model = BertModel.from_pretrained(still_bert)
+    tokenizer = BertTokenizerFast.from_pretrained(still_bert)
+    parts = [hf_encode(model, tokenizer, text, size=14, stride=4) for text in (LONG, SHORT)]
+    n_windows = [len(p[2]) for p in parts]
+    cls = sum(p[0] * n for p, n in zip(parts, n_windows)) / sum(n_windows)
+    wordpieces = torch.cat([p[1] for p in parts])
+    assert_allclose(enc.cls, cls.detach().numpy(), atol=1e-5)
+    assert_allclose(enc.wordpieces, wordpieces.detach().numpy(), atol=1e-5)
+    loss = (cls * torch.from_numpy(d.d_cls)).sum()
+    loss = loss + (wordpieces * torch.from_numpy(d.d_wordpieces)).sum()
+    loss.backward()
+    params = _torch_params(encoder)
+    for name, ref in model.named_parameters():
+        if ref.grad is None:
+            continue
+        got = params[name].grad
+        assert_allclose(got.numpy(), ref.grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+def test_invalid_context():
+    with pytest.raises(ValueError, match="context must be one of doc, sentence"):
+        BertEncoder(context="paragraph")

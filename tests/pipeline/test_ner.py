@@ -224,6 +224,25 @@ def test_window_edges_do_not_change_entities(tiny_bert: Path) -> None:
     assert agree >= 0.95 and len(found) <= len(expected) * 1.05, (agree, len(found))
 
 
+def test_sentence_context_gives_each_sentence_its_entities_alone(tiny_bert: Path) -> None:
+    """With context = "sentence", a long doc with sentence boundaries (from the
+    sentencizer) gets exactly the entities of its sentences annotated alone,
+    whatever window each sentence lands in."""
+    encoder = {"max_length": 64, "stride": 24, "max_batch_tokens": 1024, "context": "sentence"}
+    nlp = trained(tiny_bert, model={"encoder": encoder})
+    nlp.add_pipe("sentencizer", first=True)
+    sentences = [NER_TEXTS[i % len(NER_TEXTS)][0] + " ." for i in range(300)]
+    doc = nlp(" ".join(sentences))
+    assert len(list(doc.sents)) >= 300
+    expected = set()
+    offset = 0
+    for sent_doc in nlp.pipe(sentences):
+        expected |= {(s + offset, e + offset, label) for s, e, label in ents(sent_doc)}
+        offset += len(sent_doc.text) + 1
+    assert expected
+    assert set(ents(doc)) == expected
+
+
 def test_broken_training_data_is_named(tiny_bert: Path) -> None:
     nlp = make_nlp(tiny_bert)
     examples = ner_examples(nlp)
