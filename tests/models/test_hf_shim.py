@@ -11,7 +11,7 @@ import spacy
 import srsly
 import torch
 from safetensors.torch import load as load_safetensors
-from thinc.api import Adam
+from thinc.api import SGD, Adam, RAdam, warmup_linear
 from transformers import BertModel, BertTokenizer
 
 from spacy_bert_pipes.models.encoder import BertEncoder
@@ -217,3 +217,81 @@ def test_fp16_training_on_cpu_is_a_clear_error(tiny_bert):
     doc = spacy.blank("en").make_doc("my card")
     with pytest.raises(ValueError, match="bf16"):
         encoder.begin_update([doc])
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"L2": 0.01, "L2_is_weight_decay": True, "grad_clip": 1.0},
+        {"L2": 0.01, "L2_is_weight_decay": False, "grad_clip": 0.0},
+        {"L2": 0.0, "grad_clip": 5.0, "beta1": 0.8, "beta2": 0.99, "eps": 1e-6},
+        {"L2": 0.01, "grad_clip": 1.0, "use_averages": True},
+    ],
+)
+def test_fused_adam_equals_thincs_adam(tiny_bert, docs, settings):
+    """The multi-tensor CPU step gives the weights, moments and update counts of
+    thinc's own per-parameter Adam, step after step, on a warm-up schedule. Both
+    optimizers get the same gradients at each step (from one model), so that float
+    rounding cannot compound through training."""
+    encoder = make_encoder(tiny_bert, frozen_layers=1)
+    shim = encoder.shims[0]
+    params = dict(shim.module.named_parameters())
+    initial = {name: p.detach().clone() for name, p in params.items()}
+    optimizers = [
+        Adam(warmup_linear(initial_rate=0.01, warmup_steps=2, total_steps=10), **settings)
+        for _ in range(2)
+    ]
+    rng = numpy.random.default_rng(0)
+    for _ in range(4):
+        encodings, backprop = encoder.begin_update(docs)
+        # large [CLS] gradients, so that clipping acts on some parameters
+        d_encodings = [
+            DocEncodingGrad(
+                (rng.normal(size=e.cls.shape) * 50).astype("f"),
+                rng.normal(size=e.wordpieces.shape).astype("f"),
+            )
+            for e in encodings
+        ]
+        backprop(d_encodings)
+        weights = {n: p.detach().clone() for n, p in params.items()}
+        grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
+        after = []
+        for fused, optimizer in zip((False, True), optimizers):
+            for name, param in params.items():
+                param.data.copy_(weights[name])
+                param.grad = grads[name].clone() if name in grads else None
+            target = "spacy_bert_pipes.models.hf_shim.fused_adam_applies"
+            with mock.patch(target, return_value=fused) as applies:
+                shim.finish_update(optimizer)
+            assert applies.called
+            optimizer.step_schedules()
+            after.append({n: p.detach().clone() for n, p in params.items()})
+        for name in params:
+            numpy.testing.assert_allclose(
+                after[1][name].numpy(), after[0][name].numpy(), rtol=1e-5, atol=1e-7, err_msg=name
+            )
+        slow, fast = optimizers
+        assert dict(fast.nr_update) == dict(slow.nr_update)
+        assert set(fast.mom1) == set(slow.mom1) == {(shim.id, n) for n in grads}
+        for key in slow.mom1:
+            numpy.testing.assert_allclose(fast.mom1[key], slow.mom1[key], rtol=1e-4, atol=1e-7)
+            numpy.testing.assert_allclose(fast.mom2[key], slow.mom2[key], rtol=1e-4, atol=1e-12)
+        if slow.averages is not None:
+            assert set(fast.averages) == set(slow.averages) == set(slow.mom1)
+            for key, average in slow.averages.items():
+                numpy.testing.assert_allclose(fast.averages[key], average, rtol=1e-5, atol=1e-7)
+        # both go on from the same weights
+        for name, param in params.items():
+            param.data.copy_(after[0][name])
+    changed = [n for n, p in params.items() if not torch.equal(p.detach(), initial[n])]
+    assert len(changed) > 10 and not any(n.startswith("transformer.embeddings.") for n in changed)
+
+
+def test_fused_adam_is_used_for_adam_on_the_cpu(tiny_bert, docs):
+    params = list(make_encoder(tiny_bert).shims[0].module.named_parameters())
+    from spacy_bert_pipes.models.hf_shim import fused_adam_applies
+
+    assert fused_adam_applies(Adam(0.01), params)
+    assert fused_adam_applies(Adam(0.01, use_averages=False), params)
+    assert not fused_adam_applies(RAdam(0.01), params)
+    assert not fused_adam_applies(SGD(0.01), params)
