@@ -3,9 +3,11 @@
 Reads the metrics JSONs that `spacy evaluate` and `bert-pipes evaluate` write
 (one run per file, named by its stem: `metrics/textcat.json` is the run
 "textcat"), the timing JSONs of the workflow (`<run>_train_time.json`, written
-by scripts/timed.py; any other `*_time.json` is listed on its own) and,
-optionally, the per-doc predictions of `bert-pipes evaluate --predictions`
-(`<run>_predictions.jsonl`, found beside the metrics or given explicitly).
+by scripts/timed.py; any other `*_time.json` is listed on its own),
+optionally the per-doc predictions of `bert-pipes evaluate --predictions`
+(`<run>_predictions.jsonl`, found beside the metrics or given explicitly) and
+the outputs of `bert-pipes annotate` (an annotated collection: what was
+predicted how often, its error rows and, from `<stem>_time.json`, its speed).
 
 Writes into an output folder:
 * `report.md`: tables per run and task (overall scores, per-label P/R/F,
@@ -14,7 +16,8 @@ Writes into an output folder:
 * the PNGs: per-label F1 bars (textcat, NER), the confusion matrix of an
   exclusive classifier (its most confused labels, and all labels), NER error
   types per label, QA exact match and F1 with and without an answer, per
-  question and per answer length.
+  question and per answer length; for an annotated collection, bars of its
+  most frequent categories, its entities per label and its answers per question.
 
 What a run reports depends on the keys of its metrics: `cats_*` (text
 classification), `ents_*` or `spans_<key>_*` (NER), `qa_*` (question
@@ -22,14 +25,27 @@ answering); a pipeline with several components has several sections.
 """
 
 import base64
+import csv
 import html
 import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
+from .annotate import OUTPUT_COLUMNS, errors_path_for, is_sharded_output
 from .scorers import normalize_answer
 
 PLOTS_EXTRA = "pip install 'spacy-bert-pipes[plots]'  (or: pip install matplotlib)"
@@ -50,6 +66,12 @@ LENGTH_BUCKETS: Tuple[Tuple[str, int, int], ...] = (
     ("4-5 words", 4, 5),
     ("6+ words", 6, 10**9),
 )
+# An annotated doc counts for a category at this probability or more.
+CATEGORY_THRESHOLD = 0.5
+# Categories and entity labels of an annotated collection shown (the most frequent).
+TOP_LABELS = 20
+# Error rows of an annotated collection whose reasons are listed.
+MAX_ERROR_REASONS = 5
 NER_ERRORS = (
     "correct",
     "wrong label",
@@ -61,7 +83,7 @@ NER_ERRORS = (
 
 
 class ReportError(ValueError):
-    """A metrics or predictions file cannot be read."""
+    """A metrics, predictions or annotations file cannot be read."""
 
 
 # --- inputs ----------------------------------------------------------------------
@@ -107,17 +129,105 @@ class Run:
 
 
 @dataclass
+class Collection:
+    """An annotated collection: counts over the rows of a `bert-pipes annotate`
+    OUTPUT, gathered while streaming them (see `read_collection`).
+
+    name (str): The output's stem, e.g. "banking77" for `banking77.jsonl`.
+    path (Path): The output: a .jsonl, .csv or .parquet file, or a folder of shards.
+    rows (int): Rows annotated.
+    docs_with_cats (int): Rows with `cats` (not null).
+    categories (Counter): Label -> docs with a probability >= CATEGORY_THRESHOLD.
+    docs_without_category (int): Rows with `cats` but no such label.
+    entities (Counter): Label -> entities.
+    entity_docs (Counter): Label -> docs with an entity of the label.
+    docs_with_entities (int): Rows with at least one entity.
+    answered (Counter): Question key -> docs with a non-empty answer.
+    answer_scores (Dict[str, float]): Question key -> the sum over those docs of
+        the score of their best non-empty answer.
+    null_answers (Counter): Question key -> docs whose answers are all empty.
+    docs_with_answers (int): Rows with at least one non-empty answer.
+    errors_path (Optional[Path]): `<OUTPUT>.errors.jsonl`, if it exists.
+    error_rows (int): Its records (non-blank lines).
+    first_errors (List[Dict[str, Any]]): Its first MAX_ERROR_REASONS records.
+    timing (Optional[Dict[str, Any]]): `<name>_time.json`, if found.
+    """
+
+    name: str
+    path: Path
+    rows: int = 0
+    docs_with_cats: int = 0
+    categories: Counter = field(default_factory=Counter)
+    docs_without_category: int = 0
+    entities: Counter = field(default_factory=Counter)
+    entity_docs: Counter = field(default_factory=Counter)
+    docs_with_entities: int = 0
+    answered: Counter = field(default_factory=Counter)
+    answer_scores: Dict[str, float] = field(default_factory=dict)
+    null_answers: Counter = field(default_factory=Counter)
+    docs_with_answers: int = 0
+    errors_path: Optional[Path] = None
+    error_rows: int = 0
+    first_errors: List[Dict[str, Any]] = field(default_factory=list)
+    timing: Optional[Dict[str, Any]] = None
+
+    def add(self, row: Dict[str, Any], where: str) -> None:
+        """Count one output row; `where` ("file:line") names it in errors."""
+        if row.get("id") is None:
+            raise ReportError(f'{where}: a row without "id"')
+        cats, entities, answers = row["cats"], row["entities"], row["answers"]
+        if cats is not None and not (
+            isinstance(cats, dict) and all(_is_number(v) for v in cats.values())
+        ):
+            raise ReportError(f"{where}: cats is not {{label: probability}} or null: {_show(cats)}")
+        if not isinstance(entities, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("label"), str) for e in entities
+        ):
+            raise ReportError(
+                f"{where}: entities is not a list of {{label, ...}}: {_show(entities)}"
+            )
+        if not isinstance(answers, list) or not all(
+            isinstance(a, dict) and isinstance(a.get("key"), str) for a in answers
+        ):
+            raise ReportError(f"{where}: answers is not a list of {{key, ...}}: {_show(answers)}")
+        self.rows += 1
+        if cats is not None:
+            self.docs_with_cats += 1
+            labels = [label for label, p in cats.items() if p >= CATEGORY_THRESHOLD]
+            self.categories.update(labels)
+            self.docs_without_category += not labels
+        labels = [e["label"] for e in entities]
+        self.entities.update(labels)
+        self.entity_docs.update(set(labels))
+        self.docs_with_entities += bool(labels)
+        # the best non-empty answer per key (top_k > 1 gives several per key)
+        best: Dict[str, float] = {}
+        for answer in answers:
+            key, score = answer["key"], answer.get("score")
+            if answer.get("text"):
+                score = float(score) if _is_number(score) else 0.0
+                best[key] = max(best.get(key, score), score)
+        for key in best:
+            self.answered[key] += 1
+            self.answer_scores[key] = self.answer_scores.get(key, 0.0) + best[key]
+        self.null_answers.update({a["key"] for a in answers} - set(best))
+        self.docs_with_answers += bool(best)
+
+
+@dataclass
 class Inputs:
     """Everything the report reads.
 
     runs (List[Run]): The metrics files, in name order.
     timings (Dict[str, Dict[str, Any]]): Every timing JSON, by file stem.
     notes (List[str]): Files skipped, and why.
+    collections (List[Collection]): The annotated collections, in the order given.
     """
 
     runs: List[Run]
     timings: Dict[str, Dict[str, Any]]
     notes: List[str] = field(default_factory=list)
+    collections: List[Collection] = field(default_factory=list)
 
 
 def ner_prefixes(scores: Dict[str, Any]) -> List[str]:
@@ -130,15 +240,20 @@ def ner_prefixes(scores: Dict[str, Any]) -> List[str]:
 
 
 def read_inputs(
-    paths: Sequence[Union[str, Path]], predictions: Sequence[Union[str, Path]] = ()
+    paths: Sequence[Union[str, Path]],
+    predictions: Sequence[Union[str, Path]] = (),
+    annotations: Sequence[Union[str, Path]] = (),
 ) -> Inputs:
-    """Gather the runs of metrics folders and files.
+    """Gather the runs of metrics folders and files, and the annotated collections.
 
     paths (Sequence[Union[str, Path]]): Metrics JSONs and folders of them (a
         folder's `*.json`, `*_time.json` and `*_predictions.jsonl`).
     predictions (Sequence[Union[str, Path]]): More predictions files; each
         belongs to the run of its name (`<run>_predictions.jsonl`, or `<run>.jsonl`).
-    RETURNS (Inputs): The runs with their timings and predictions.
+    annotations (Sequence[Union[str, Path]]): Outputs of `bert-pipes annotate`
+        (see `read_collection`); each one's `<stem>_time.json` is looked for
+        among the timings of `paths`, then beside it.
+    RETURNS (Inputs): The runs with their timings and predictions, and the collections.
     """
     json_files: List[Path] = []
     prediction_files: List[Path] = [Path(p) for p in predictions]
@@ -176,7 +291,13 @@ def read_inputs(
             continue
         run.predictions = read_predictions(path)
         run.predictions_path = path
-    return Inputs(sorted(runs.values(), key=lambda r: r.name), timings, notes)
+    collections: Dict[str, Collection] = {}
+    for path in dict.fromkeys(map(Path, annotations)):
+        if path.stem in collections:
+            raise ReportError(f"{path}: a second annotated collection named '{path.stem}'")
+        collections[path.stem] = read_collection(path, timings)
+    runs_in_order = sorted(runs.values(), key=lambda r: r.name)
+    return Inputs(runs_in_order, timings, notes, list(collections.values()))
 
 
 def read_predictions(path: Union[str, Path]) -> List[Dict[str, Any]]:
@@ -198,6 +319,166 @@ def read_predictions(path: Union[str, Path]) -> List[Dict[str, Any]]:
     except OSError as err:
         raise ReportError(f"{path}: {err}") from err
     return records
+
+
+def read_collection(
+    path: Union[str, Path], timings: Optional[Dict[str, Dict[str, Any]]] = None
+) -> Collection:
+    """Count the rows of a `bert-pipes annotate` OUTPUT, streaming them.
+
+    path (Union[str, Path]): A .jsonl, .csv or .parquet file, or a folder of
+        Parquet shards. Each row has "id", "cats" ({label: probability} or null),
+        "entities" and "answers" (in CSV and Parquet the last three as JSON text).
+        Its error rows are read from `<OUTPUT>.errors.jsonl`, if it exists.
+    timings (Optional[Dict[str, Dict[str, Any]]]): Timing JSONs by file stem;
+        `<stem>_time` is the annotation's wall time, else `<stem>_time.json`
+        beside the output.
+    RETURNS (Collection): The counts.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ReportError(f"{path}: no such file or folder")
+    collection = Collection(path.stem, path)
+    if is_sharded_output(path):
+        rows = _parquet_output_rows(path, sorted(path.rglob("*.parquet")))
+    elif path.suffix.lower() == ".jsonl":
+        rows = _jsonl_output_rows(path)
+    elif path.suffix.lower() == ".csv":
+        rows = _csv_output_rows(path)
+    elif path.suffix.lower() == ".parquet":
+        rows = _parquet_output_rows(path, [path])
+    else:
+        raise ReportError(
+            f"{path}: not an output of bert-pipes annotate (expected .jsonl, .csv, "
+            ".parquet or a folder of Parquet shards)"
+        )
+    for where, row in rows:
+        collection.add(row, where)
+    errors_path = errors_path_for(path)
+    if errors_path.is_file():
+        collection.errors_path = errors_path
+        for where, record in _jsonl_records(errors_path):
+            if not isinstance(record, dict) or "reason" not in record:
+                raise ReportError(f"{where}: not an error record of bert-pipes annotate")
+            collection.error_rows += 1
+            if len(collection.first_errors) < MAX_ERROR_REASONS:
+                collection.first_errors.append(record)
+    timing_path = path.with_name(f"{path.stem}{TIME_SUFFIX}")
+    timing = (timings or {}).get(timing_path.stem)
+    if timing is None and timing_path.is_file():
+        timing = _read_json(timing_path)
+    if isinstance(timing, dict):
+        collection.timing = timing
+    return collection
+
+
+def _jsonl_records(path: Path) -> Iterator[Tuple[str, Any]]:
+    """("file:line", record) per non-blank line of a JSONL file, one at a time."""
+    try:
+        with path.open("rb") as file_:
+            for number, line in enumerate(file_, 1):
+                if line.strip():
+                    try:
+                        yield f"{path}:{number}", json.loads(line)
+                    except ValueError as err:  # not JSON, or not UTF-8
+                        raise ReportError(f"{path}:{number}: not JSON ({err})") from err
+    except OSError as err:
+        raise ReportError(f"{path}: {err}") from err
+
+
+def _jsonl_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    for where, record in _jsonl_records(path):
+        if not isinstance(record, dict):
+            raise ReportError(f"{where}: not a JSON object: {_show(record)}")
+        missing = [c for c in OUTPUT_COLUMNS if c not in record]
+        if missing:
+            raise ReportError(
+                f"{where}: a row without {', '.join(map(json.dumps, missing))} (not an output "
+                f"of bert-pipes annotate, whose rows have {', '.join(OUTPUT_COLUMNS)})"
+            )
+        yield where, record
+
+
+def _csv_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    # Entities and answers of a long doc can pass the csv module's default
+    # limit of 131,072 characters per field.
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    try:
+        with path.open(encoding="utf8", newline="") as file_:
+            reader = csv.reader(file_)
+            header: Optional[List[str]] = None
+            while True:
+                number = reader.line_num + 1
+                try:
+                    cells = next(reader)
+                except StopIteration:
+                    break
+                except (csv.Error, UnicodeDecodeError) as err:
+                    raise ReportError(f"{path}:{number}: {err}") from err
+                if not cells:
+                    continue
+                where = f"{path}:{number}"
+                if header is None:
+                    header = cells
+                    _check_columns(where, header)
+                    continue
+                if len(cells) != len(header):
+                    raise ReportError(f"{where}: {len(cells)} cells, the header has {len(header)}")
+                yield where, _json_cells(dict(zip(header, cells)), where)
+    except OSError as err:
+        raise ReportError(f"{path}: {err}") from err
+
+
+def _parquet_output_rows(path: Path, shards: List[Path]) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    if not shards:
+        raise ReportError(f"{path}: no .parquet files (expected the shards of bert-pipes annotate)")
+    for shard in shards:
+        try:
+            file_ = pq.ParquetFile(shard)
+            _check_columns(str(shard), file_.schema_arrow.names)
+            number = 0
+            for batch in file_.iter_batches(batch_size=1024, columns=list(OUTPUT_COLUMNS)):
+                for row in batch.to_pylist():
+                    where = f"{shard}:row {number}"
+                    number += 1
+                    yield where, _json_cells(row, where)
+        except (pyarrow.ArrowException, OSError) as err:
+            raise ReportError(f"{shard}: not a readable Parquet file ({err})") from err
+
+
+def _check_columns(where: str, names: List[str]) -> None:
+    missing = [c for c in OUTPUT_COLUMNS if c not in names]
+    if missing:
+        raise ReportError(
+            f"{where}: no column {', '.join(map(repr, missing))}: not an output of bert-pipes "
+            f"annotate, whose columns are {', '.join(OUTPUT_COLUMNS)} "
+            f"(found {', '.join(map(repr, names))})"
+        )
+
+
+def _json_cells(row: Dict[str, Any], where: str) -> Dict[str, Any]:
+    """A CSV or Parquet row with its JSON text cells (cats, entities, answers) parsed."""
+    if row["id"] is None:
+        return row  # Collection.add says what is wrong
+    for column in OUTPUT_COLUMNS[1:]:
+        try:
+            row[column] = json.loads(row[column])
+        except (TypeError, ValueError) as err:
+            raise ReportError(
+                f"{where}: {column} is not JSON text ({err}): {_show(row[column])}"
+            ) from err
+    return row
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _show(value: Any, n: int = 80) -> str:
+    return _short(json.dumps(value, ensure_ascii=False, default=str), n)
 
 
 def _read_json(path: Path) -> Any:
@@ -396,6 +677,7 @@ def write_report(
     output_dir: Union[str, Path],
     *,
     predictions: Sequence[Union[str, Path]] = (),
+    annotations: Sequence[Union[str, Path]] = (),
     title: str = "Evaluation report",
     plots: bool = True,
 ) -> Report:
@@ -405,14 +687,19 @@ def write_report(
     output_dir (Union[str, Path]): The folder to write (created if missing).
     predictions (Sequence[Union[str, Path]]): More `bert-pipes evaluate` predictions
         files, besides the `*_predictions.jsonl` of the folders.
+    annotations (Sequence[Union[str, Path]]): Outputs of `bert-pipes annotate`
+        (.jsonl, .csv, .parquet or a folder of Parquet shards), each described
+        in a section "Annotated collection" (see `read_collection`).
     title (str): The report's title.
     plots (bool): Whether to draw the PNGs (needs matplotlib).
     RETURNS (Report): The files written.
     """
     if plots:
         _figure_class()  # fail before anything is written when matplotlib is missing
-    inputs = read_inputs(paths, predictions)
-    if not inputs.runs and not inputs.timings:
+    if not paths and not annotations:
+        raise ReportError("Nothing to report: give metrics JSONs or folders, or annotate outputs")
+    inputs = read_inputs(paths, predictions, annotations)
+    if not inputs.runs and not inputs.timings and not inputs.collections:
         raise ReportError(
             f"No metrics in {', '.join(map(str, paths))}: expected JSONs with cats_, "
             "ents_, spans_ or qa_ scores, or *_time.json timings"
@@ -465,14 +752,16 @@ class _Builder:
         blocks: List[Block] = [Heading(1, title)]
         sources = [f"`{run.path}`" for run in inputs.runs]
         sources += [f"`{run.predictions_path}`" for run in inputs.runs if run.predictions_path]
+        sources += [f"`{c.path}`" for c in inputs.collections]
         if sources:
             blocks.append(Paragraph("Made from " + ", ".join(sources) + "."))
-        blocks.append(
-            Paragraph(
-                "Scores are percentages. P, R and F are precision, recall and F-score; "
-                "EM is exact match."
+        if inputs.runs or not inputs.collections:
+            blocks.append(
+                Paragraph(
+                    "Scores are percentages. P, R and F are precision, recall and F-score; "
+                    "EM is exact match."
+                )
             )
-        )
         if inputs.runs:
             blocks += self.summary(inputs.runs)
         for run in inputs.runs:
@@ -484,6 +773,8 @@ class _Builder:
                     blocks += self.ner(run, task[len("ner:") :])
                 elif task == "qa":
                     blocks += self.qa(run)
+        for collection in inputs.collections:
+            blocks += self.collection(collection)
         if inputs.timings:
             blocks += self.timings(inputs.timings)
         if inputs.notes:
@@ -870,6 +1161,123 @@ class _Builder:
                 ]
         return blocks
 
+    # -- annotated collections --
+    def collection(self, c: Collection) -> List[Block]:
+        seconds = (c.timing or {}).get("seconds")
+        speed = c.rows / seconds if isinstance(seconds, (int, float)) and seconds > 0 else None
+        rows = [
+            ["Rows annotated", str(c.rows)],
+            ["Error rows", str(c.error_rows)],
+            ["Wall time (h:mm:ss)", _duration(seconds)],
+            ["Docs/s (rows annotated / wall time)", f"{speed:.1f}" if speed else "-"],
+            ["Docs with categories", str(c.docs_with_cats)],
+            ["Docs with an entity", str(c.docs_with_entities)],
+            ["Docs with an answer", str(c.docs_with_answers)],
+        ]
+        timed = f", timed by `{c.name}{TIME_SUFFIX}`" if c.timing is not None else ""
+        blocks: List[Block] = [
+            Heading(2, f"Annotated collection: {c.path.name}"),
+            Paragraph(f"The output of `bert-pipes annotate` in `{c.path}`{timed}."),
+            Table(["Annotation", "Value"], rows),
+        ]
+        if c.error_rows:
+            rows = [
+                [str(e.get("source", "-")), str(e.get("id")), _short(str(e["reason"]), 160)]
+                for e in c.first_errors
+            ]
+            blocks += [
+                Paragraph(
+                    f"{c.error_rows} input rows could not be annotated (`{c.errors_path}`); "
+                    "the first:"
+                ),
+                Table(["Source", "Id", "Reason"], rows, "lll"),
+            ]
+        if c.docs_with_cats:
+            top = _most_frequent(c.categories)
+            shown = f"the {len(top)} most frequent of" if len(top) < len(c.categories) else "all"
+            blocks += [
+                Heading(3, f"Categories of {c.path.name}"),
+                Paragraph(
+                    f"Docs per category ({shown} {len(c.categories)} labels): a doc counts for "
+                    f"each label of probability {CATEGORY_THRESHOLD} or more; "
+                    f"{c.docs_without_category} of {c.docs_with_cats} docs have none."
+                ),
+                Table(
+                    ["Category", "Docs", "% of docs"],
+                    [[k, str(n), _pct(n / c.docs_with_cats, 1)] for k, n in top],
+                ),
+            ]
+            blocks += self.image(
+                f"annotated_{c.name}_categories",
+                f"Most frequent categories, {c.name}",
+                _draw_count_bars,
+                top,
+                f"{c.path.name}: docs per category (p >= {CATEGORY_THRESHOLD}), "
+                f"{shown} {len(c.categories)}",
+                "docs",
+            )
+        if c.entities:
+            top = _most_frequent(c.entities)
+            shown = f"the {len(top)} most frequent of" if len(top) < len(c.entities) else "all"
+            blocks += [
+                Heading(3, f"Entities of {c.path.name}"),
+                Paragraph(
+                    f"{sum(c.entities.values())} entities in {c.docs_with_entities} docs; "
+                    f"per label ({shown} {len(c.entities)}):"
+                ),
+                Table(
+                    ["Label", "Entities", "Docs"],
+                    [[k, str(n), str(c.entity_docs[k])] for k, n in top],
+                ),
+            ]
+            blocks += self.image(
+                f"annotated_{c.name}_entities",
+                f"Entities per label, {c.name}",
+                _draw_count_bars,
+                top,
+                f"{c.path.name}: entities per label, {shown} {len(c.entities)}",
+                "entities",
+            )
+        keys = sorted(set(c.answered) | set(c.null_answers))
+        if keys:
+            means = {k: c.answer_scores[k] / c.answered[k] if c.answered[k] else None for k in keys}
+            rows = [
+                [
+                    f"`{k}`",
+                    str(c.answered[k]),
+                    _pct(c.answered[k] / c.rows, 1),
+                    f"{means[k]:.3f}" if means[k] is not None else "-",
+                    str(c.null_answers[k]),
+                ]
+                for k in keys
+            ]
+            blocks += [
+                Heading(3, f"Answers of {c.path.name}"),
+                Paragraph(
+                    "Per question: the docs with a non-empty answer, and the mean score of "
+                    "their best one; the docs whose answers to it are all empty (the null "
+                    "answer) are counted apart."
+                ),
+                Table(
+                    ["Question", "Docs answered", "% of rows", "Mean score", "Null answer"], rows
+                ),
+            ]
+            blocks += self.image(
+                f"annotated_{c.name}_answers",
+                f"Answers per question, {c.name}",
+                _draw_grouped_bars,
+                [
+                    (
+                        k,
+                        {"rows answered": c.answered[k] / c.rows, "mean score (x100)": means[k]},
+                        c.answered[k],
+                    )
+                    for k in keys
+                ],
+                f"{c.path.name}: answers per question (n: docs answered)",
+            )
+        return blocks
+
     def timings(self, timings: Dict[str, Dict[str, Any]]) -> List[Block]:
         rows = []
         for stem, data in sorted(timings.items()):
@@ -909,6 +1317,11 @@ def _main_scores(s: Dict[str, Any], task: str) -> Tuple[str, str]:
     if s.get("qa_span_f") is not None:
         main += f", span F {_pct(s['qa_span_f'])}"
     return "question answering", main
+
+
+def _most_frequent(counts: Counter, k: int = TOP_LABELS) -> List[Tuple[str, int]]:
+    """The k most frequent items, ties in alphabetical order."""
+    return sorted(counts.items(), key=lambda i: (-i[1], i[0]))[:k]
 
 
 def _f(prf: Dict[str, Any]) -> float:
@@ -1070,6 +1483,30 @@ def _draw_f1_bars(
     ax.set_title(title, fontsize=11, pad=8)
     handles = [Patch(color=_f1_color(v), label=name) for v, name in _F1_BANDS]
     fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.savefig(path)
+
+
+def _draw_count_bars(path: Path, counts: List[Tuple[str, int]], title: str, unit: str) -> None:
+    """Horizontal bars of counts, one per label, the largest at the top."""
+    Figure = _figure_class()
+    labels = [label for label, _ in counts]
+    values = [n for _, n in counts]
+    n = len(labels)
+    font = 9 if n <= 30 else 7.5
+    fig = Figure(figsize=(8.5, 0.19 * n + 1.6 if n > 12 else 0.35 * n + 1.8), dpi=110)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    ax.barh(range(n), values, color="#2a788e", height=0.75)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels(labels, fontsize=font)
+    ax.set_ylim(n - 0.5, -0.5)  # the first (largest) label at the top
+    top = max(values, default=0)
+    ax.set_xlim(0, top * 1.12 or 1)  # room for the numbers after the bars
+    for i, v in enumerate(values):
+        ax.text(v + 0.01 * (top or 1), i, str(v), va="center", fontsize=font - 1.5)
+    ax.set_xlabel(unit)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_title(title, fontsize=11, pad=8)
     fig.savefig(path)
 
 

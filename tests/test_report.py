@@ -1,5 +1,7 @@
 """report: metrics tables, analyses of predictions, PNGs, Markdown and HTML."""
 
+import csv
+import dataclasses
 import json
 import re
 import sys
@@ -7,15 +9,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from spacy_bert_pipes.report import (
+    Collection,
     ReportError,
     answer_length,
     confusion_counts,
     most_confused,
     ner_errors,
     qa_groups,
+    read_collection,
     read_inputs,
     write_report,
 )
@@ -356,3 +362,290 @@ def test_errors(metrics_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with pytest.raises(ImportError, match="spacy-bert-pipes\\[plots\\]"):
         write_report([metrics_dir], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# --- annotated collections (outputs of bert-pipes annotate) ---------------------------
+
+
+def answer(key: str, text: str, score: float, rank: int = 0) -> Dict[str, Any]:
+    start = None if not text else 0
+    return {
+        "key": key,
+        "question": f"What {key}?",
+        "text": text,
+        "start": start,
+        "end": None if start is None else len(text),
+        "score": score,
+        "rank": rank,
+        "question_truncated": False,
+    }
+
+
+def annotated(start: int, end: int, label: str, text: str) -> Dict[str, Any]:
+    return {"text": text, "label": label, "start": start, "end": end, "score": 0.9}
+
+
+ANNOTATED = [
+    {
+        "id": "a",
+        "cats": {"card": 0.9, "fx": 0.05, "refund": 0.6},
+        "entities": [annotated(0, 4, "PER", "anna"), annotated(8, 13, "LOC", "paris")],
+        "answers": [answer("time", "7pm", 0.8), answer("people", "", 0.6)],
+    },
+    {
+        "id": "b",
+        "cats": {"card": 0.7, "fx": 0.2, "refund": 0.5},  # 0.5 counts
+        "entities": [annotated(0, 3, "PER", "bob")],
+        # top_k 2: the best non-empty answer per key counts, once per doc
+        "answers": [
+            answer("time", "8", 0.4),
+            answer("time", "8 pm", 0.3, 1),
+            answer("people", "4", 0.9),
+        ],
+    },
+    {
+        "id": 3,
+        "cats": {"card": 0.3, "fx": 0.4, "refund": 0.3},
+        "entities": [],
+        "answers": [],
+    },
+]
+ERROR_ROWS = [
+    {"id": "d", "row": 3, "source": "in.csv:5", "reason": "text is null"},
+    {"id": "a", "row": 4, "source": "in.csv:6", "reason": "duplicate id 'a' (first in row 0)"},
+]
+
+
+def write_annotated_csv(path: Path, rows: List[Dict[str, Any]]) -> Path:
+    """As annotate writes CSV: a header, then the id and the other fields as JSON text."""
+    with path.open("w", encoding="utf8", newline="") as file_:
+        writer = csv.writer(file_, lineterminator="\n")
+        writer.writerow(["id", "cats", "entities", "answers"])
+        for row in rows:
+            writer.writerow(
+                [row["id"]] + [json.dumps(row[k]) for k in ("cats", "entities", "answers")]
+            )
+    return path
+
+
+def counts(collection: Collection) -> Dict[str, Any]:
+    """The counts of a collection (what does not depend on the file read)."""
+    out = {f.name: getattr(collection, f.name) for f in dataclasses.fields(collection)}
+    for key in ("name", "path", "errors_path", "timing"):
+        out.pop(key)
+    out["answer_scores"] = {k: round(v, 6) for k, v in out["answer_scores"].items()}
+    return out
+
+
+def test_collection_counts(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "news.jsonl", ANNOTATED)
+    write_jsonl(tmp_path / "news.jsonl.errors.jsonl", ERROR_ROWS)
+    collection = read_collection(path)
+    assert collection.name == "news" and collection.timing is None
+    assert counts(collection) == {
+        "rows": 3,
+        "docs_with_cats": 3,
+        "categories": Counter({"card": 2, "refund": 2}),
+        "docs_without_category": 1,
+        "entities": Counter({"PER": 2, "LOC": 1}),
+        "entity_docs": Counter({"PER": 2, "LOC": 1}),
+        "docs_with_entities": 2,
+        "answered": Counter({"time": 2, "people": 1}),
+        "answer_scores": {"time": 1.2, "people": 0.9},
+        "null_answers": Counter({"people": 1}),
+        "docs_with_answers": 2,
+        "error_rows": 2,
+        "first_errors": ERROR_ROWS,
+    }
+    assert collection.errors_path == tmp_path / "news.jsonl.errors.jsonl"
+    # the same rows as CSV and as Parquet shards give the same counts
+    csv_path = write_annotated_csv(tmp_path / "news.csv", ANNOTATED)
+    write_jsonl(tmp_path / "news.csv.errors.jsonl", ERROR_ROWS)
+    assert counts(read_collection(csv_path)) == counts(collection)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i, rows in enumerate((ANNOTATED[:2], ANNOTATED[2:])):
+        cells = {"id": [str(r["id"]) for r in rows]}
+        cells |= {k: [json.dumps(r[k]) for r in rows] for k in ("cats", "entities", "answers")}
+        pq.write_table(pa.table(cells), shards / f"part-{i:06d}.parquet")
+    write_jsonl(tmp_path / "shards.errors.jsonl", ERROR_ROWS)
+    assert counts(read_collection(shards)) == counts(collection)
+    assert counts(read_collection(shards / "part-000000.parquet"))["rows"] == 2
+
+
+def test_collection_without_cats_or_errors(tmp_path: Path) -> None:
+    rows = [{"id": str(i), "cats": None, "entities": [], "answers": []} for i in range(4)]
+    collection = read_collection(write_jsonl(tmp_path / "plain.jsonl", rows))
+    assert collection.rows == 4 and collection.docs_with_cats == 0
+    assert collection.errors_path is None and collection.error_rows == 0
+    report = write_report([], tmp_path / "out", annotations=[tmp_path / "plain.jsonl"])
+    markdown = report.markdown.read_text(encoding="utf8")
+    assert "## Annotated collection: plain.jsonl" in markdown
+    assert "| Rows annotated | 4 |" in markdown and "| Error rows | 0 |" in markdown
+    assert "| Wall time (h:mm:ss) | - |" in markdown
+    # nothing predicted: no tables and no pictures of categories, entities or answers
+    assert report.images == [] and "### " not in markdown
+
+
+def test_report_of_annotated_collections(metrics_dir: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "annotated"
+    folder.mkdir()
+    jsonl = write_jsonl(folder / "news.jsonl", ANNOTATED)
+    write_jsonl(folder / "news.jsonl.errors.jsonl", ERROR_ROWS)
+    # the timing beside the output (as scripts/timed.py writes it)
+    write_json(folder / "news_time.json", {"command": "bert-pipes annotate", "seconds": 1.5})
+    # and one among the metrics inputs
+    table = write_annotated_csv(folder / "tickets.csv", ANNOTATED[:2])
+    write_json(metrics_dir / "tickets_time.json", {"seconds": 4.0})
+    report = write_report([metrics_dir], tmp_path / "report", annotations=[jsonl, table])
+    markdown = report.markdown.read_text(encoding="utf8")
+    page = report.html.read_text(encoding="utf8")
+    new_images = [
+        "annotated_news_answers.png",
+        "annotated_news_categories.png",
+        "annotated_news_entities.png",
+        "annotated_tickets_answers.png",
+        "annotated_tickets_categories.png",
+        "annotated_tickets_entities.png",
+    ]
+    names = sorted(p.name for p in report.images)
+    assert [n for n in names if n.startswith("annotated_")] == new_images
+    assert len(names) == 9 + len(new_images)  # the runs' pictures are all still there
+    for image in report.images:
+        assert image.read_bytes()[:8] == PNG and f"]({image.name})" in markdown
+    assert page.count("data:image/png;base64,") == len(report.images)
+    # the collections come after the runs, in the order given
+    news = markdown.index("## Annotated collection: news.jsonl")
+    tickets = markdown.index("## Annotated collection: tickets.csv")
+    assert markdown.index("## Run `textcat`") < news < tickets < markdown.index("## Timings")
+    news_section = markdown[news:tickets]
+    for line in [
+        "| Rows annotated | 3 |",
+        "| Error rows | 2 |",
+        "| Wall time (h:mm:ss) | 0:00:02 |",
+        "| Docs/s (rows annotated / wall time) | 2.0 |",
+        "| Docs with categories | 3 |",
+        "| Docs with an entity | 2 |",
+        "| Docs with an answer | 2 |",
+        # the error rows' reasons
+        "| in.csv:5 | d | text is null |",
+        "| in.csv:6 | a | duplicate id 'a' (first in row 0) |",
+        # categories: docs with a probability >= 0.5, most frequent first
+        "| card | 2 | 66.7 |",
+        "| refund | 2 | 66.7 |",
+        # entities and docs per label
+        "| PER | 2 | 2 |",
+        "| LOC | 1 | 1 |",
+        # per question: docs answered, % of rows, mean score of the best answer, null only
+        "| `people` | 1 | 33.3 | 0.900 | 1 |",
+        "| `time` | 2 | 66.7 | 0.600 | 0 |",
+    ]:
+        assert line in news_section, line
+    assert "| fx |" not in news_section  # never at 0.5 or over
+    assert "1 of 3 docs have none" in news_section
+    assert f"{jsonl}.errors.jsonl" in news_section
+    # most frequent first, ties in alphabetical order
+    assert news_section.index("| card | 2 |") < news_section.index("| refund | 2 |")
+    tickets_section = markdown[tickets : markdown.index("## Timings")]
+    assert "| Rows annotated | 2 |" in tickets_section
+    assert (
+        "| Error rows | 0 |" in tickets_section and "could not be annotated" not in tickets_section
+    )
+    assert "| Docs/s (rows annotated / wall time) | 0.5 |" in tickets_section
+    assert "| card | 2 | 100.0 |" in tickets_section and "| refund | 2 | 100.0 |" in tickets_section
+    assert f"Made from `{metrics_dir / 'multilabel.json'}`" in markdown and f"`{table}`" in markdown
+
+
+def test_collection_top_labels(tmp_path: Path) -> None:
+    labels = [f"label{i:02d}" for i in range(25)]
+    # label00 in 25 docs, label01 in 24, ...: the 20 most frequent are shown
+    rows = [
+        {
+            "id": str(n),
+            "cats": {label: 1.0 for label in labels[: 25 - n]},
+            "entities": [],
+            "answers": [],
+        }
+        for n in range(25)
+    ]
+    path = write_jsonl(tmp_path / "many.jsonl", rows)
+    report = write_report([], tmp_path / "out", annotations=[path], plots=False)
+    markdown = report.markdown.read_text(encoding="utf8")
+    assert "the 20 most frequent of 25 labels" in markdown
+    assert "| label00 | 25 | 100.0 |" in markdown and "| label19 | 6 | 24.0 |" in markdown
+    assert "| label20 |" not in markdown
+
+
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("bad.jsonl", json.dumps(ANNOTATED[0]) + "\n{not json\n", r"bad\.jsonl:2: not JSON"),
+        (
+            "bad.jsonl",
+            "\n" + json.dumps({"cats": None, "entities": [], "answers": []}),
+            r'bad\.jsonl:2: a row without "id"',
+        ),
+        (
+            "bad.jsonl",
+            json.dumps({"id": None, "cats": None, "entities": [], "answers": []}),
+            r'bad\.jsonl:1: a row without "id"',
+        ),
+        (
+            "bad.jsonl",
+            json.dumps({"id": "a", "text": "the input"}),
+            r'bad\.jsonl:1: a row without "cats"',
+        ),
+        ("bad.jsonl", "[1, 2]\n", r"bad\.jsonl:1: not a JSON object"),
+        (
+            "bad.jsonl",
+            json.dumps({"id": "a", "cats": {"x": "high"}, "entities": [], "answers": []}),
+            r"bad\.jsonl:1: cats is not \{label: probability\}",
+        ),
+        (
+            "bad.jsonl",
+            json.dumps({"id": "a", "cats": None, "entities": [{"text": "x"}], "answers": []}),
+            r"bad\.jsonl:1: entities is not a list",
+        ),
+        (
+            "bad.csv",
+            "id,cats,entities,answers\na,null,[],[]\nb,{oops,[],[]\n",
+            r"bad\.csv:3: cats is not JSON text",
+        ),
+        ("bad.csv", "id,text\na,hello\n", r"bad\.csv:1: no column 'cats', 'entities', 'answers'"),
+        (
+            "bad.csv",
+            "id,cats,entities,answers\na,null,[]\n",
+            r"bad\.csv:2: 3 cells, the header has 4",
+        ),
+        ("bad.txt", "hello\n", r"bad\.txt: not an output of bert-pipes annotate"),
+    ],
+)
+def test_collection_errors(tmp_path: Path, name: str, content: str, message: str) -> None:
+    path = tmp_path / name
+    path.write_text(content, encoding="utf8")
+    with pytest.raises(ReportError, match=message):
+        write_report([], tmp_path / "out", annotations=[path])
+    assert not (tmp_path / "out").exists()
+
+
+def test_collection_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="missing.jsonl: no such file"):
+        read_collection(tmp_path / "missing.jsonl")
+    with pytest.raises(ReportError, match="Nothing to report"):
+        write_report([], tmp_path / "out")
+    path = write_jsonl(tmp_path / "news.jsonl", ANNOTATED)
+    errors = tmp_path / "news.jsonl.errors.jsonl"
+    errors.write_text(json.dumps(ERROR_ROWS[0]) + "\n" + '{"id": "x"}\n', encoding="utf8")
+    with pytest.raises(ReportError, match=r"news\.jsonl\.errors\.jsonl:2: not an error record"):
+        read_collection(path)
+    errors.unlink()
+    (tmp_path / "other").mkdir()
+    write_jsonl(tmp_path / "other" / "news.jsonl", ANNOTATED)
+    with pytest.raises(ReportError, match="a second annotated collection named 'news'"):
+        read_inputs([], annotations=[path, tmp_path / "other" / "news.jsonl"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match="empty: no .parquet files"):
+        read_collection(tmp_path / "empty")
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet")
+    with pytest.raises(ReportError, match="broken.parquet: not a readable Parquet file"):
+        read_collection(tmp_path / "broken.parquet")

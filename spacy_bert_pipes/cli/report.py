@@ -1,4 +1,5 @@
-"""`bert-pipes report ...`: a Markdown and HTML report of evaluation metrics, with plots."""
+"""`bert-pipes report ...`: a Markdown and HTML report of evaluation metrics and
+annotated collections, with plots."""
 
 from pathlib import Path
 from typing import List, NoReturn, Optional
@@ -13,11 +14,13 @@ from . import app
 
 @app.command("report")
 def report_cli(
-    metrics: List[Path] = typer.Argument(
-        ...,
-        help="Metrics JSONs (of spacy evaluate or bert-pipes evaluate) and folders of them",
-        metavar="METRICS...",
+    metrics: Optional[List[Path]] = typer.Argument(
+        None,
+        help="Metrics JSONs (of spacy evaluate or bert-pipes evaluate) and folders of them "
+        "(may be left out when --annotations is given)",
+        metavar="METRICS",
         exists=True,
+        show_default=False,
     ),
     output_dir: Path = typer.Option(
         Path("reports"),
@@ -36,6 +39,16 @@ def report_cli(
         dir_okay=False,
         show_default=False,
     ),
+    annotations: Optional[List[Path]] = typer.Option(
+        None,
+        "--annotations",
+        "-a",
+        help="An OUTPUT of bert-pipes annotate (.jsonl, .csv, .parquet or a folder of Parquet "
+        "shards), described in a section of its own with its OUTPUT.errors.jsonl and the wall "
+        "time of <stem>_time.json, among METRICS or beside it (repeat for several)",
+        exists=True,
+        show_default=False,
+    ),
     title: str = typer.Option("Evaluation report", "--title", help="The report's title"),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNGs (needs matplotlib)"),
 ) -> None:
@@ -47,11 +60,18 @@ def report_cli(
     confusion matrix of an exclusive classifier (its most confused labels, and
     all labels), NER error types per label, QA exact match and F1 per
     question and per answer length; QA with and without an answer. Other
-    *_time.json files are listed in a timings table.
+    *_time.json files are listed in a timings table. Each --annotations output
+    gets its rows, error rows, docs/s, most frequent categories (probability
+    >= 0.5), entities per label and answers per question, with bar charts.
     """
     try:
         report = write_report(
-            metrics, output_dir, predictions=predictions or [], title=title, plots=plots
+            metrics or [],
+            output_dir,
+            predictions=predictions or [],
+            annotations=annotations or [],
+            title=title,
+            plots=plots,
         )
     except (ReportError, ImportError) as err:
         _fail(str(err))

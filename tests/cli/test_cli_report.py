@@ -42,7 +42,7 @@ def metrics(tmp_path: Path) -> Path:
 def test_help_names_every_option() -> None:
     result = runner.invoke(app, ["report", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for option in ("--output-dir", "--predictions", "--title", "--no-plots"):
+    for option in ("--output-dir", "--predictions", "--annotations", "--title", "--no-plots"):
         assert option in result.output
 
 
@@ -75,6 +75,33 @@ def test_no_plots_and_notes(metrics: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "and 0 pictures" in result.output
     assert "Note: " in result.output and "no metrics JSON of a run 'other'" in result.output
+
+
+def test_annotations(metrics: Path, tmp_path: Path) -> None:
+    output = tmp_path / "annotated.jsonl"
+    rows = [
+        {"id": "a", "cats": {"fx": 0.8}, "entities": [], "answers": []},
+        {"id": "b", "cats": {"fx": 0.1}, "entities": [], "answers": []},
+    ]
+    output.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf8")
+    (tmp_path / "annotated_time.json").write_text(json.dumps({"seconds": 4}), encoding="utf8")
+    out = tmp_path / "reports"
+    # with METRICS, and without
+    for args in ([str(metrics), "-a", str(output)], ["--annotations", str(output), "--no-plots"]):
+        result = runner.invoke(app, ["report", *args, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        markdown = (out / "report.md").read_text(encoding="utf8")
+        assert "## Annotated collection: annotated.jsonl" in markdown
+        assert "| Rows annotated | 2 |" in markdown and "| fx | 1 | 50.0 |" in markdown
+        assert "| Docs/s (rows annotated / wall time) | 0.5 |" in markdown
+    assert "## Run `ner`" not in markdown
+    assert (out / "annotated_annotated_categories.png").read_bytes()[:4] == b"\x89PNG"
+    result = runner.invoke(app, ["report", "-o", str(out)])
+    assert result.exit_code == 1 and "Nothing to report" in result.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"cats": null, "entities": [], "answers": []}\n', encoding="utf8")
+    result = runner.invoke(app, ["report", "-a", str(bad), "-o", str(out)])
+    assert result.exit_code == 1 and 'bad.jsonl:1: a row without "id"' in result.output
 
 
 def test_errors(metrics: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
