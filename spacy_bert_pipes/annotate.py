@@ -64,6 +64,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span
 
 from .convert import ConversionError
+from .memory import trim
 
 InputFormat = Literal["auto", "csv", "jsonl", "parquet", "txt"]
 OutputFormat = Literal["jsonl", "csv", "parquet"]
@@ -990,6 +991,8 @@ def _annotate_chunk(
                 errors.append(error_row(replace(row, error=result)))
             else:
                 outputs.append(doc_to_row(result, row.id))
+    del results
+    trim()  # the chunk's tensors and docs are gone: hand their memory back (see `memory`)
     return outputs, errors
 
 

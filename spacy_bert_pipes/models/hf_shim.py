@@ -9,7 +9,6 @@ HF config as JSON, the tokenizer files, and the weights as safetensors.
 
 import contextlib
 import copy
-import ctypes
 import functools
 import json
 import os
@@ -27,6 +26,8 @@ from thinc.api import Optimizer, Shim, get_torch_default_device, torch2xp, xp2to
 from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
 from thinc.types import FloatsXd
 
+from ..memory import trim_if_grown
+
 
 def _one_thread_after_fork() -> None:
     # A process forked after torch ran a parallel (OpenMP) region deadlocks in its
@@ -34,20 +35,6 @@ def _one_thread_after_fork() -> None:
     # thread, so parallel regions run inline (and N workers do not oversubscribe).
     torch.set_num_threads(1)
 
-
-def _load_malloc_trim() -> Optional[Callable[[int], int]]:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return cast(Callable[[int], int], libc.malloc_trim)
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-# Training allocates and frees large buffers of varying size every step (the
-# batches' shapes vary); glibc keeps the freed memory fragmented in its heap and
-# the process grew by ~60 MB a step on Banking77 until the OOM killer stopped it.
-# Handing free memory back after each optimizer step keeps RSS flat.
-_malloc_trim = _load_malloc_trim()
 
 _TOKENIZERS_ENV = "TOKENIZERS_PARALLELISM"
 _env_set_for_fork = False
@@ -404,8 +391,8 @@ class HFShim(Shim):
             param.grad = None
         self._reduced = None
         self._grad_scaler.update()
-        if _malloc_trim is not None:
-            _malloc_trim(0)
+        # free memory back to the OS when the heap has grown (see `memory`): RSS stays flat
+        trim_if_grown()
 
     @contextlib.contextmanager
     def use_params(self, params: Dict[Any, Any]) -> Iterator[None]:
@@ -525,9 +512,9 @@ def fused_adam(
     mom1, mom2 = [], []
     for key, p in items:
         if key not in optimizer.mom1:
-            optimizer.mom1[key] = numpy.zeros(p.numel(), dtype="float32")
+            optimizer.mom1[key] = cast(FloatsXd, numpy.zeros(p.numel(), dtype="float32"))
         if key not in optimizer.mom2:
-            optimizer.mom2[key] = numpy.zeros(p.numel(), dtype="float32")
+            optimizer.mom2[key] = cast(FloatsXd, numpy.zeros(p.numel(), dtype="float32"))
         mom1.append(torch.from_numpy(optimizer.mom1[key]).view(p.shape))
         mom2.append(torch.from_numpy(optimizer.mom2[key]).view(p.shape))
         optimizer.nr_update[key] += 1
@@ -551,7 +538,8 @@ def fused_adam(
         keep = []
         for key, p in items:
             if key not in optimizer.averages:
-                optimizer.averages[key] = numpy.zeros(tuple(p.shape), dtype="float32")
+                zeros = numpy.zeros(tuple(p.shape), dtype="float32")
+                optimizer.averages[key] = cast(FloatsXd, zeros)
             averages.append(torch.from_numpy(optimizer.averages[key]))
             t = optimizer.nr_update[key]
             keep.append(min((1.0 + t) / (10.0 + t), 0.9999))
