@@ -64,7 +64,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, Span
 
 from .convert import ConversionError
-from .memory import trim
+from .memory import bound_kernel_caches, trim
 
 InputFormat = Literal["auto", "csv", "jsonl", "parquet", "txt"]
 OutputFormat = Literal["jsonl", "csv", "parquet"]
@@ -838,6 +838,9 @@ def load_pipeline(pipeline: str, options: AnnotateOptions) -> Language:
     options (AnnotateOptions): The settings (questions need a bert_qa).
     RETURNS (Language): The pipeline, its max_length set to the options'.
     """
+    # Before any kernel runs: a collection's many batch shapes would otherwise
+    # fill the CPU kernel caches, growing RSS by hundreds of MB (see `memory`).
+    bound_kernel_caches()
     nlp = spacy.load(pipeline)
     if (options.questions or options.questions_column) and "bert_qa" not in set(
         nlp.pipe_factories.values()

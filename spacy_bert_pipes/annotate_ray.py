@@ -54,6 +54,7 @@ from .annotate import (
     load_pipeline,
     prepare_run,
 )
+from .memory import bound_kernel_caches
 
 INSTALL_HINT = "pip install 'spacy-bert-pipes[ray]'"
 
@@ -323,6 +324,8 @@ class _ChunkAnnotator:
     def __init__(self, pipeline: _Pipeline, options: AnnotateOptions) -> None:
         import ray
 
+        # An actor on a cluster does not inherit the driver's environment.
+        bound_kernel_caches()
         # Ray sets CUDA_VISIBLE_DEVICES to the actor's GPUs: its first is 0.
         if ray.get_gpu_ids():
             spacy.require_gpu(0)

@@ -7,9 +7,15 @@ Banking77, and by ~20 MB per 1,000 short docs when annotating. `trim()` after
 each annotated chunk keeps the resident size flat; in training, where a trim
 every step cost 13% of the step (the next step faults the pages in again),
 `trim_if_grown()` trims only when the process has grown by 256 MB since the last.
+
+On CPUs, PyTorch (ideep) and oneDNN also keep a compiled kernel per input shape,
+up to 1,024 each by default. Batches of varying shapes fill them: annotating short
+docs in bf16 grew RSS by ~250 MB over 8,000 docs, and still growing.
+`bound_kernel_caches()` caps both before the first kernel is built.
 """
 
 import ctypes
+import os
 import resource
 from pathlib import Path
 from typing import Callable, Optional, cast
@@ -30,6 +36,21 @@ def trim() -> None:
     """Return free heap memory to the OS; does nothing where libc is not glibc."""
     if _malloc_trim is not None:
         _malloc_trim(0)
+
+
+# Kernels kept per cache by `bound_kernel_caches`: flat RSS in bf16 at ~5% of the
+# speed of annotating short docs (measured on 8,000 Banking77-like docs).
+KERNEL_CACHE_CAPACITY = 64
+KERNEL_CACHE_VARIABLES = ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+
+
+def bound_kernel_caches(capacity: int = KERNEL_CACHE_CAPACITY) -> None:
+    """Cap PyTorch's and oneDNN's per-shape kernel caches at `capacity` entries,
+    unless the environment sets them already. Effective only before the process
+    runs its first CPU kernel (the libraries read the variables once); processes
+    started later (nlp.pipe workers, Ray actors) inherit them."""
+    for name in KERNEL_CACHE_VARIABLES:
+        os.environ.setdefault(name, str(capacity))
 
 
 # Slack allowed before `trim_if_grown` trims, and the RSS after its last trim.
