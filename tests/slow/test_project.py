@@ -28,6 +28,8 @@ SMALL = {
     "qa_slots_eval_frequency": 100,
     "qa_slots_dev_size": 20,
     "qa_slots_test_size": 40,
+    "collection_banking77": 30,
+    "collection_squad": 4,
     "shared_datasets": str(SHARED),
 }
 
@@ -74,8 +76,21 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
     assert len(lines) == 40
     assembled = json.loads((project / "training" / "assembled" / "assemble.json").read_text())
     assert assembled["pipeline"] == ["bert_textcat", "bert_textcat_2", "bert_ner", "bert_qa"]
+    # the collection: every row annotated once, in input order, with all the heads' output
+    inputs = [json.loads(line) for line in (project / "corpus" / "collection.jsonl").open()]
+    assert len(inputs) == 34 and len({row["id"] for row in inputs}) == 34
+    rows = [json.loads(line) for line in (project / "annotations" / "collection.jsonl").open()]
+    assert [row["id"] for row in rows] == [row["id"] for row in inputs]
+    assert (project / "annotations" / "collection.jsonl.errors.jsonl").read_text() == ""
+    slot_keys = {"people", "date", "time", "first_name", "last_name"}
+    for source, row in zip(inputs, rows):
+        assert len(row["cats"]) == 77 + 48  # Banking77 intents and NLU++ labels
+        asked = {answer["key"] for answer in row["answers"]}
+        assert asked == slot_keys | set(source.get("questions", {}))
+    assert json.loads((project / "metrics" / "collection_time.json").read_text())["seconds"] > 0
     report = (project / "reports" / "report.md").read_text()
     assert "![F1 per label, textcat](textcat_textcat_f1.png)" in report
+    assert "## Annotated collection: collection.jsonl" in report
     png = project / "reports" / "textcat_bert_textcat_confusion_top.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
     # Nothing changed: the second run skips every command.
