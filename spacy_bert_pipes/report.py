@@ -1238,25 +1238,44 @@ class _Builder:
                 f"{c.path.name}: entities per label, {shown} {len(c.entities)}",
                 "entities",
             )
-        keys = sorted(set(c.answered) | set(c.null_answers))
-        if keys:
-            means = {k: c.answer_scores[k] / c.answered[k] if c.answered[k] else None for k in keys}
+        asked = {
+            k: c.answered[k] + c.null_answers[k] for k in set(c.answered) | set(c.null_answers)
+        }
+        # A doc's own questions (e.g. SQuAD's, by question id) are asked once each:
+        # one row for all of them, not one per question.
+        keys = sorted(k for k, n in asked.items() if n > 1)
+        own = [k for k, n in asked.items() if n == 1]
+        groups: List[Tuple[str, int, float, int]] = [
+            (f"`{k}`", c.answered[k], c.answer_scores.get(k, 0.0), c.null_answers[k]) for k in keys
+        ]
+        if own:
+            groups.append(
+                (
+                    f"each doc's own ({len(own)} questions asked of one doc each)",
+                    sum(c.answered[k] for k in own),
+                    sum(c.answer_scores.get(k, 0.0) for k in own),
+                    sum(c.null_answers[k] for k in own),
+                )
+            )
+        if groups:
+            means = {name: total / n if n else None for name, n, total, _ in groups}
             rows = [
                 [
-                    f"`{k}`",
-                    str(c.answered[k]),
-                    _pct(c.answered[k] / c.rows, 1),
-                    f"{means[k]:.3f}" if means[k] is not None else "-",
-                    str(c.null_answers[k]),
+                    name,
+                    str(n),
+                    _pct(n / c.rows, 1),
+                    f"{means[name]:.3f}" if means[name] is not None else "-",
+                    str(null),
                 ]
-                for k in keys
+                for name, n, _, null in groups
             ]
             blocks += [
                 Heading(3, f"Answers of {c.path.name}"),
                 Paragraph(
                     "Per question: the docs with a non-empty answer, and the mean score of "
                     "their best one; the docs whose answers to it are all empty (the null "
-                    "answer) are counted apart."
+                    "answer) are counted apart. Questions asked of a single doc are "
+                    "counted together (answers, not docs)."
                 ),
                 Table(
                     ["Question", "Docs answered", "% of rows", "Mean score", "Null answer"], rows
@@ -1268,11 +1287,11 @@ class _Builder:
                 _draw_grouped_bars,
                 [
                     (
-                        k,
-                        {"rows answered": c.answered[k] / c.rows, "mean score (x100)": means[k]},
-                        c.answered[k],
+                        name.strip("`") if name.startswith("`") else "own questions",
+                        {"rows answered": n / c.rows, "mean score (x100)": means[name]},
+                        n,
                     )
-                    for k in keys
+                    for name, n, _, _ in groups
                 ],
                 f"{c.path.name}: answers per question (n: docs answered)",
             )

@@ -649,3 +649,22 @@ def test_collection_input_errors(tmp_path: Path) -> None:
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     with pytest.raises(ReportError, match="broken.parquet: not a readable Parquet file"):
         read_collection(tmp_path / "broken.parquet")
+
+
+def test_questions_of_one_doc_each_share_a_row(tmp_path: Path) -> None:
+    """A doc's own questions (SQuAD's, keyed by question id) get one row together,
+    not one row per question; questions asked of several docs keep their own."""
+    rows = [
+        {"id": "a", "cats": None, "entities": [], "answers": [answer("q1", "x", 0.5)]},
+        {"id": "b", "cats": None, "entities": [], "answers": [answer("q2", "", 0.3)]},
+        {"id": "c", "cats": None, "entities": [], "answers": [answer("q3", "y", 0.7)]},
+    ]
+    for row in rows:
+        row["answers"].append(answer("time", "7pm", 0.8))
+    path = write_jsonl(tmp_path / "own.jsonl", rows)
+    report = write_report([], tmp_path / "out", annotations=[path])
+    markdown = report.markdown.read_text(encoding="utf8")
+    assert "| `time` | 3 | 100.0 | 0.800 | 0 |" in markdown
+    own = "| each doc's own (3 questions asked of one doc each) | 2 | 66.7 | 0.600 | 1 |"
+    assert own in markdown
+    assert "`q1`" not in markdown
