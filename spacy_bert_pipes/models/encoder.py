@@ -217,17 +217,16 @@ def run_windows(
     return outputs, backprop_windows
 
 
-def segments(doc: Doc, context: str) -> List[Tuple[int, int]]:
-    """The character spans of `doc` that are encoded apart: the whole text, or with
-    context "sentence" each sentence that is not blank (a doc without sentence
-    boundaries, or with only blank ones, is one span)."""
+def segments(doc: Doc, text: str, context: str) -> List[Tuple[int, int]]:
+    """The character spans of `doc` (whose text is `text`) that are encoded apart:
+    the whole text, or with context "sentence" each sentence that is not blank (a
+    doc without sentence boundaries, or with only blank ones, is one span)."""
     if context == "sentence" and doc.has_annotation("SENT_START"):
-        text = doc.text
         spans = [(s.start_char, s.end_char) for s in doc.sents]
         spans = [(start, end) for start, end in spans if text[start:end].strip()]
         if spans:
             return spans
-    return [(0, len(doc.text))]
+    return [(0, len(text))]
 
 
 @dataclass
@@ -248,12 +247,11 @@ def forward(
     size = model.attrs["max_length"] - 2
     stride = model.attrs["stride"]
     context = model.attrs.get("context", "doc")
-    spans = [segments(doc, context) for doc in docs]
-    texts = [
-        doc.text if len(doc_spans) == 1 and doc_spans[0] == (0, len(doc.text)) else doc.text[s:e]
-        for doc, doc_spans in zip(docs, spans)
-        for s, e in doc_spans
-    ]
+    # doc.text joins the tokens anew on every call: once per doc, on this hot path
+    doc_texts = [doc.text for doc in docs]
+    spans = [segments(doc, text, context) for doc, text in zip(docs, doc_texts)]
+    # a slice of the whole text is the text itself, not a copy
+    texts = [text[s:e] for text, doc_spans in zip(doc_texts, spans) for s, e in doc_spans]
     pieces = iter(tokenize(model, texts))
     doc_segments: List[List[_Segment]] = []
     windows: List[Tuple[Ints1d, Ints1d]] = []
