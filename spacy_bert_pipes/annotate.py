@@ -872,15 +872,13 @@ def run_annotation(
     RETURNS (AnnotateSummary): Row counts.
     """
     options = run.options
-    seen: Set[str] = set()
     bar = None
     input_rows = error_rows = resumed_rows = 0
     n_chunks = 0
     _start_parts(run)
     try:
-        for index, chunk in enumerate(_chunks(_read(run.input_path, options), options.chunk_size)):
+        for index, chunk in _checked_chunks(run):
             n_chunks = index + 1
-            chunk = [_check_row(row, seen, options.max_length) for row in chunk]
             input_rows += len(chunk)
             if index in run.done:
                 error_rows += _count_lines(run.part_errors_path(index))
@@ -957,6 +955,15 @@ def _chunks(rows: Iterator[InputRow], size: int) -> Iterator[List[InputRow]]:
         if not chunk:
             return
         yield chunk
+
+
+def _checked_chunks(run: AnnotateRun) -> Iterator[Tuple[int, List[InputRow]]]:
+    """The input's chunks, numbered from 0, each row checked (`_check_row`), as
+    both engines read them."""
+    seen: Set[str] = set()
+    options = run.options
+    for index, chunk in enumerate(_chunks(_read(run.input_path, options), options.chunk_size)):
+        yield index, [_check_row(row, seen, options.max_length) for row in chunk]
 
 
 def _check_row(row: InputRow, seen: Set[str], max_length: int) -> InputRow:

@@ -42,13 +42,11 @@ from .annotate import (
     AnnotateSummary,
     InputRow,
     _annotate_chunk,
-    _check_row,
-    _chunks,
+    _checked_chunks,
     _commit_rows,
     _count_lines,
     _finish,
     _progress_bar,
-    _read,
     _start_parts,
     error_row,
     load_pipeline,
@@ -222,7 +220,6 @@ def _run(
     on_chunk: Optional[Callable[[int], None]],
 ) -> AnnotateSummary:
     options = run.options
-    seen: set = set()
     input_rows = error_rows = resumed_rows = committed_rows = 0
     n_chunks = 0
     pending: Dict[int, _Pending] = {}
@@ -245,9 +242,8 @@ def _run(
     # The driver reads and checks every row, as the local engine does; the
     # readable rows of each chunk go to the object store as one block.
     bar = None
-    for index, chunk in enumerate(_chunks(_read(run.input_path, options), options.chunk_size)):
+    for index, chunk in _checked_chunks(run):
         n_chunks = index + 1
-        chunk = [_check_row(row, seen, options.max_length) for row in chunk]
         input_rows += len(chunk)
         if index in run.done:
             error_rows += _count_lines(run.part_errors_path(index))
