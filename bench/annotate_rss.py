@@ -11,8 +11,8 @@ the process RSS after every chunk and writes JSON: the RSS after the first
 10,000 docs, the peak of the samples, the last one, the kernel's high-water
 mark, and the whole trace, and whether the peak stays within 10% of the RSS
 after the first 10,000 docs. Flat is the goal; what may grow is the set of ids
-kept to report duplicates (roughly 100 bytes per id). --precision runs a copy of
-the pipeline with every bert encoder at that precision (memory does not depend
+kept to report duplicates (roughly 100 bytes per id). --precision runs
+every bert encoder of the pipeline at that precision (memory does not depend
 on it; time does). --plot draws RSS against docs annotated (needs matplotlib).
 """
 
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import spacy
 import typer
 
 from spacy_bert_pipes.annotate import AnnotateOptions, annotate
+from spacy_bert_pipes.util import Precision
 
 WORDS = "my card payment refund transfer account bank cash pin new arrived still waiting".split()
 NAMES = ["john smith", "angela merkel", "apple", "google", "paris", "london", "new york"]
@@ -58,7 +58,7 @@ def main(
     workdir: Optional[Path] = typer.Option(
         None, help="Where to write the input and output (default: a temporary folder)"
     ),
-    precision: Optional[str] = typer.Option(
+    precision: Optional[Precision] = typer.Option(
         None, help="Run the pipeline's encoders at this precision (default: as saved)"
     ),
     output: Path = typer.Option(Path("annotate_rss.json"), help="The JSON summary to write"),
@@ -69,9 +69,6 @@ def main(
         folder.mkdir(parents=True, exist_ok=True)
         input_path = folder / "docs.jsonl"
         write_docs(input_path, n_docs)
-        run_pipeline = pipeline
-        if precision is not None:
-            run_pipeline = str(with_precision(pipeline, precision, folder / "pipeline"))
         trace: List[Dict[str, Any]] = []
         started = time.perf_counter()
 
@@ -80,9 +77,11 @@ def main(
             if len(trace) % 10 == 1:
                 typer.echo(f"{rows_done:>9} docs  rss {trace[-1]['rss_mb']} MB", err=True)
 
-        options = AnnotateOptions(chunk_size=chunk_size, batch_size=batch_size, overwrite=True)
+        options = AnnotateOptions(
+            chunk_size=chunk_size, batch_size=batch_size, overwrite=True, precision=precision
+        )
         summary = annotate(
-            run_pipeline, input_path, folder / "annotated.jsonl", options, on_chunk=sample
+            pipeline, input_path, folder / "annotated.jsonl", options, on_chunk=sample
         )
         seconds = time.perf_counter() - started
     after_first = next((t["rss_mb"] for t in trace if t["docs"] >= FIRST_POINT), None)
@@ -110,21 +109,6 @@ def main(
     typer.echo(json.dumps({k: v for k, v in result.items() if k != "trace"}))
     if plot is not None:
         draw(plot, trace, after_first)
-
-
-def with_precision(pipeline: str, precision: str, path: Path) -> Path:
-    """A copy of the pipeline whose bert encoders run at `precision`."""
-    config = spacy.util.load_config(Path(pipeline) / "config.cfg")
-    overrides = {}
-    for name, component in config["components"].items():
-        encoder = component.get("model", {}).get("encoder", component.get("model", {}))
-        if "precision" in encoder:
-            key = "model.encoder" if "encoder" in component.get("model", {}) else "model"
-            overrides[f"components.{name}.{key}.precision"] = precision
-    if not overrides:
-        raise typer.BadParameter(f"{pipeline} has no encoder with a precision setting")
-    spacy.load(pipeline, config=overrides).to_disk(path)
-    return path
 
 
 def draw(path: Path, trace: List[Dict[str, Any]], after_first: Optional[float]) -> None:

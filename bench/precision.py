@@ -24,27 +24,7 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_bert_pipes.about import __version__
-
-
-def encoder_paths(nlp: Language) -> List[str]:
-    """Config paths of every BertEncoder in the pipeline (`components.X.model.encoder`)."""
-    paths = []
-    for name in nlp.pipe_names:
-        model_cfg = nlp.config["components"][name].get("model", {})
-        if model_cfg.get("@architectures") == "spacy-bert-pipes.BertEncoder.v1":
-            paths.append(f"components.{name}.model")
-        encoder = model_cfg.get("encoder", {})
-        if encoder.get("@architectures") == "spacy-bert-pipes.BertEncoder.v1":
-            paths.append(f"components.{name}.model.encoder")
-    return paths
-
-
-def load(pipeline: str, precision: str) -> Language:
-    probe = spacy.load(pipeline)
-    overrides = {f"{path}.precision": precision for path in encoder_paths(probe)}
-    if not overrides:
-        sys.exit(f"{pipeline}: no spacy-bert-pipes.BertEncoder.v1 found in the pipeline")
-    return spacy.load(pipeline, config=overrides)
+from spacy_bert_pipes.util import load_pipeline
 
 
 def score(nlp: Language, examples: List[Example], batch_size: int) -> Dict[str, Any]:
@@ -67,7 +47,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    pipelines = {p: load(args.pipeline, p) for p in args.precisions}
+    pipelines = {p: load_pipeline(args.pipeline, precision=p) for p in args.precisions}
     first = pipelines[args.precisions[0]]
     docs = list(DocBin().from_disk(args.corpus).get_docs(first.vocab))
     examples = [Example(first.make_doc(d.text), d) for d in docs]

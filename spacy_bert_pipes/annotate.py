@@ -65,6 +65,8 @@ from spacy.tokens import Doc, Span
 
 from .convert import ConversionError
 from .memory import bound_kernel_caches, trim
+from .util import Precision
+from .util import load_pipeline as load_with_precision
 
 InputFormat = Literal["auto", "csv", "jsonl", "parquet", "txt"]
 OutputFormat = Literal["jsonl", "csv", "parquet"]
@@ -140,6 +142,8 @@ class AnnotateOptions:
     batch_size (int): `nlp.pipe` batch size.
     n_process (int): `nlp.pipe` processes (they start once per chunk).
     overwrite (bool): Discard an unfinished run in `OUTPUT.parts` and start over.
+    precision (Optional[Precision]): Run every bert encoder of the pipeline at
+        this precision ("bf16", "int8"...); None keeps the saved one.
     """
 
     input_format: InputFormat = "auto"
@@ -152,6 +156,7 @@ class AnnotateOptions:
     batch_size: int = 64
     n_process: int = 1
     overwrite: bool = False
+    precision: Optional[Precision] = None
 
 
 @dataclass(frozen=True)
@@ -835,13 +840,17 @@ def load_pipeline(pipeline: str, options: AnnotateOptions) -> Language:
     """Load a pipeline and check that it can do what the options ask.
 
     pipeline (str): A folder saved with `nlp.to_disk`, or a package name.
-    options (AnnotateOptions): The settings (questions need a bert_qa).
+    options (AnnotateOptions): The settings (questions need a bert_qa; a
+        precision needs a bert encoder).
     RETURNS (Language): The pipeline, its max_length set to the options'.
     """
     # Before any kernel runs: a collection's many batch shapes would otherwise
     # fill the CPU kernel caches, growing RSS by hundreds of MB (see `memory`).
     bound_kernel_caches()
-    nlp = spacy.load(pipeline)
+    try:
+        nlp = load_with_precision(pipeline, precision=options.precision)
+    except ValueError as err:  # a precision, but no bert encoder to set it on
+        raise AnnotateError(str(err)) from None
     if (options.questions or options.questions_column) and "bert_qa" not in set(
         nlp.pipe_factories.values()
     ):
@@ -1080,6 +1089,7 @@ def _manifest(
             "questions_column": options.questions_column,
             "chunk_size": options.chunk_size,
             "max_length": options.max_length,
+            "precision": options.precision,
             "output_format": output_format,
         },
     }

@@ -455,6 +455,31 @@ def test_other_settings_refuse_to_resume_unless_overwrite(
     assert (summary.input_rows, summary.resumed_chunks) == (6, 0)
 
 
+def test_precision_sets_the_encoders_and_a_resume_needs_the_same(
+    pipeline: str, nlp: Language, tmp_path: Path
+) -> None:
+    int8 = AnnotateOptions(chunk_size=2, precision="int8")
+    quantized = load_pipeline(pipeline, int8)
+    assert quantized.config["components"]["bert_ner"]["model"]["encoder"]["precision"] == "int8"
+    input_path = write_input(tmp_path, "jsonl", [{"id": i, "text": t} for i, t in zip(IDS, TEXTS)])
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(Interrupted):
+        run_annotation(
+            prepare_run(pipeline, input_path, output, int8),
+            quantized,
+            on_chunk=lambda rows: (_ for _ in ()).throw(Interrupted()),
+        )
+    with pytest.raises(AnnotateError, match=r"options.precision: was .?int8.?, now"):
+        prepare_run(pipeline, input_path, output, AnnotateOptions(chunk_size=2))
+    summary = run(pipeline, input_path, output, chunk_size=2, precision="int8")
+    assert summary.resumed_chunks == 1
+    fp32 = run(pipeline, input_path, tmp_path / "fp32.jsonl", chunk_size=2)
+    for ours, theirs in zip(read_output(output), read_output(fp32.output_path)):
+        assert ours["id"] == theirs["id"]
+        for label, score in theirs["cats"].items():
+            assert ours["cats"][label] == pytest.approx(score, abs=0.05)
+
+
 def test_a_parts_folder_that_is_not_a_run_is_left_alone(pipeline: str, tmp_path: Path) -> None:
     input_path = write_input(tmp_path, "jsonl", [{"id": "a", "text": "x"}])
     (tmp_path / "out.jsonl.parts").mkdir()

@@ -17,6 +17,7 @@ from ..annotate import (
     run_annotation,
 )
 from ..convert import ConversionError
+from ..util import Precision
 
 # `cli/__init__.py` defines `app` before it imports this module.
 from . import app
@@ -91,6 +92,13 @@ def annotate_cli(
         min=1,
         help="The longest text in characters; a longer one is an error row",
     ),
+    precision: Optional[Precision] = typer.Option(
+        None,
+        "--precision",
+        help="Run the pipeline's bert encoders at this precision (bf16: CPUs with AMX / "
+        "AVX-512 BF16 and GPUs; int8: CPU; default: as saved)",
+        show_default=False,
+    ),
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
@@ -164,6 +172,7 @@ def annotate_cli(
             batch_size=batch_size,
             n_process=n_process,
             overwrite=overwrite,
+            precision=precision,
         )
         run = prepare_run(pipeline, input_path, output_path, options)
         if run.done:

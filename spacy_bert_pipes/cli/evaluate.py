@@ -16,6 +16,7 @@ from ..evaluate import (
     write_predictions,
     write_scores,
 )
+from ..util import Precision, load_pipeline
 
 # `cli/__init__.py` defines `app` before it imports this module.
 from . import app
@@ -52,6 +53,13 @@ def evaluate_cli(
         show_default=False,
     ),
     gpu_id: int = typer.Option(-1, "--gpu-id", "-g", help="The GPU to use; -1 runs on the CPU"),
+    precision: Optional[Precision] = typer.Option(
+        None,
+        "--precision",
+        help="Run the pipeline's bert encoders at this precision, to measure its "
+        "accuracy cost (default: as saved)",
+        show_default=False,
+    ),
     batch_size: Optional[int] = typer.Option(
         None,
         "--batch-size",
@@ -73,9 +81,11 @@ def evaluate_cli(
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     try:
-        nlp = spacy.load(pipeline)
+        nlp = load_pipeline(pipeline, precision=precision)
     except OSError as err:  # no such folder or package
         _fail(f"{pipeline}: {err}")
+    except ValueError as err:  # a precision, but no bert encoder
+        _fail(str(err))
     try:
         examples = read_examples(nlp, data_path)
         result = evaluate(nlp, examples, batch_size=batch_size)

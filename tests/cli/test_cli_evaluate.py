@@ -99,7 +99,7 @@ def flatten(scores: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 def test_help_names_every_option() -> None:
     result = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for option in ("--output", "--predictions", "--gpu-id", "--batch-size"):
+    for option in ("--output", "--predictions", "--gpu-id", "--precision", "--batch-size"):
         assert option in result.output
 
 
@@ -119,6 +119,36 @@ def test_scores_are_those_of_spacy_evaluate(textcat_ner: Dict[str, str], tmp_pat
     for key in set(flat_ours) - {"speed"}:
         assert flat_ours[key] == pytest.approx(flat_theirs[key], abs=1e-9), key
     assert f"({textcat_ner['n']} docs)" in result.output
+
+
+def test_precision_scores_the_pipeline_with_its_encoders_at_it(
+    textcat_ner: Dict[str, str], tmp_path: Path
+) -> None:
+    scores = {}
+    for precision in ("fp32", "int8"):
+        output = tmp_path / f"{precision}.json"
+        args = ["evaluate", textcat_ner["pipeline"], textcat_ner["data"], "-o", str(output)]
+        result = runner.invoke(app, args + ["--precision", precision])
+        assert result.exit_code == 0, result.output
+        scores[precision] = json.loads(output.read_text(encoding="utf8"))
+    # Dynamic int8 changes the encoder's outputs a little, not the set of scores.
+    assert scores["int8"].keys() == scores["fp32"].keys()
+    assert scores["int8"]["cats_score"] == pytest.approx(scores["fp32"]["cats_score"], abs=0.25)
+    result = runner.invoke(
+        app, ["evaluate", textcat_ner["pipeline"], textcat_ner["data"], "--precision", "fp64"]
+    )
+    assert result.exit_code != 0 and "fp64" in result.output
+
+
+def test_precision_needs_a_bert_encoder(tmp_path: Path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.to_disk(tmp_path / "plain")
+    DocBin(docs=[nlp("a b. c d.")]).to_disk(tmp_path / "data.spacy")
+    args = ["evaluate", str(tmp_path / "plain"), str(tmp_path / "data.spacy")]
+    result = runner.invoke(app, args + ["--precision", "bf16"])
+    assert result.exit_code == 1
+    assert "no spacy-bert-pipes.BertEncoder.v1" in result.output and "sentencizer" in result.output
 
 
 def test_predictions_beside_gold(textcat_ner: Dict[str, str], tmp_path: Path) -> None:

@@ -1,0 +1,80 @@
+"""Loading a saved pipeline with its bert encoders at another precision
+(spacy_bert_pipes.util)."""
+
+from pathlib import Path
+from typing import Dict
+
+import numpy
+import pytest
+import spacy
+import torch
+from conftest import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
+from spacy.training import Example
+
+from spacy_bert_pipes.util import encoder_config_paths, load_pipeline
+
+torch.set_num_threads(1)
+LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
+TEXTS = ["my card is not working", "exchange rate for dollars", "hello there", ""]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A shared bert_encoder with a listening bert_textcat, and a bert_ner with
+    its own encoder: two encoders, one of them behind a listener."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": LISTENER}})
+    nlp.add_pipe("bert_ner", config={"model": {"encoder": SMALL_ENCODER}})
+    for name in ("bert_encoder", "bert_ner"):
+        nlp.config["initialize"]["components"][name] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp) + ner_examples(nlp))
+    path = tmp_path_factory.mktemp("util") / "nlp"
+    nlp.to_disk(path)
+    return str(path)
+
+
+def cats(nlp: spacy.Language) -> Dict[str, numpy.ndarray]:
+    return {t: numpy.array(list(d.cats.values())) for t, d in zip(TEXTS, nlp.pipe(TEXTS))}
+
+
+def test_encoder_config_paths_finds_the_component_and_the_head_encoders(pipeline: str) -> None:
+    config = spacy.util.load_config(Path(pipeline) / "config.cfg")
+    assert encoder_config_paths(config) == [
+        "components.bert_encoder.model",
+        "components.bert_ner.model.encoder",
+    ]
+
+
+def test_precision_is_set_on_every_encoder_and_saved_with_the_pipeline(
+    pipeline: str, tmp_path: Path
+) -> None:
+    nlp = load_pipeline(pipeline, precision="int8")
+    assert nlp.config["components"]["bert_encoder"]["model"]["precision"] == "int8"
+    assert nlp.config["components"]["bert_ner"]["model"]["encoder"]["precision"] == "int8"
+    nlp.to_disk(tmp_path / "int8")
+    again = spacy.load(tmp_path / "int8")
+    assert again.config["components"]["bert_ner"]["model"]["encoder"]["precision"] == "int8"
+
+
+def test_int8_outputs_stay_close_to_fp32(pipeline: str) -> None:
+    fp32 = cats(load_pipeline(pipeline))
+    int8 = cats(load_pipeline(pipeline, precision="int8"))
+    for text in TEXTS:
+        assert int8[text].shape == fp32[text].shape
+        numpy.testing.assert_allclose(int8[text], fp32[text], atol=0.05)
+
+
+def test_no_precision_loads_the_pipeline_as_saved(pipeline: str) -> None:
+    nlp = load_pipeline(pipeline, config={"nlp": {"batch_size": 7}})
+    assert nlp.config["components"]["bert_encoder"]["model"]["precision"] == "fp32"
+    assert nlp.batch_size == 7
+
+
+def test_a_pipeline_without_a_bert_encoder_names_its_components(tmp_path: Path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.initialize(lambda: [Example(nlp.make_doc("a b."), nlp.make_doc("a b."))])
+    nlp.to_disk(tmp_path / "plain")
+    with pytest.raises(ValueError, match=r"no spacy-bert-pipes.BertEncoder.v1.*sentencizer"):
+        load_pipeline(tmp_path / "plain", precision="bf16")
