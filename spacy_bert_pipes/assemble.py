@@ -161,7 +161,9 @@ def assemble(sources: Sequence[Tuple[str, Union[str, Path]]]) -> Assembled:
             name = _free_name(nlp, source_name)
             if name != source_name:
                 notes.append(f"'{source_name}' of {path} is named '{name}' (the name was taken)")
-            if KIND_WRITES[kind] in writers and kind != "textcat":
+            # Text classifiers add to doc.cats and bert_qa components to
+            # doc._.answers; a second NER replaces doc.ents.
+            if KIND_WRITES[kind] in writers and kind == "ner":
                 notes.append(
                     f"'{name}' writes {KIND_WRITES[kind]}, as '{writers[KIND_WRITES[kind]]}' "
                     "before it does: the later component's annotation replaces the earlier's"

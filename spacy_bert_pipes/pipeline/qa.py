@@ -5,7 +5,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
-from spacy.tokens import Doc, SpanGroup
+from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
@@ -114,10 +114,12 @@ class BertQuestionAnswerer(TrainablePipe):
     """Extractive question answering on a BERT encoder (see `make_bert_qa`).
 
     Each answer is a dict in `doc._.answers`: {"key", "question", "text", "start",
-    "end", "score", "rank", "question_truncated"}, with exact character offsets
-    (a null answer has text "" and start = end = None); non-null answers are
-    also spans in `doc.spans[spans_key]` (widened to token boundaries), with the
-    group's `attrs["scores"]` and `attrs["answers"]` (the dicts, in span order).
+    "end", "score", "rank", "question_truncated", "component"}, with exact
+    character offsets (a null answer has text "" and start = end = None); non-null
+    answers are also spans in `doc.spans[spans_key]` (widened to token
+    boundaries), with the group's `attrs["scores"]` and `attrs["answers"]` (the
+    dicts, in span order). A second bert_qa in the pipeline adds its answers to
+    both: each component replaces only its own ("component" is its name).
     """
 
     def __init__(
@@ -234,6 +236,7 @@ class BertQuestionAnswerer(TrainablePipe):
                         "score": score,
                         "rank": rank,
                         "question_truncated": bool(truncated),
+                        "component": self.name,
                     }
                 )
         return out
@@ -270,8 +273,8 @@ class BertQuestionAnswerer(TrainablePipe):
         key = self.cfg["spans_key"]
         for i, (doc, doc_scores) in enumerate(zip(docs, scores)):
             answers = self.answers(doc, doc_scores, self.questions_for(doc, i))
-            spans = []
-            kept = []
+            # Another bert_qa's answers stay; this component's earlier ones go.
+            spans, kept = self._others_spans(doc, key)
             for answer in answers:
                 if answer["start"] is None:
                     continue
@@ -287,7 +290,24 @@ class BertQuestionAnswerer(TrainablePipe):
                 spans=spans,
                 attrs={"scores": [a["score"] for a in kept], "answers": kept},
             )
-            doc._.answers = answers
+            others = [a for a in doc._.answers or [] if a.get("component") != self.name]
+            doc._.answers = others + answers
+
+    def _others_spans(self, doc: Doc, key: str) -> Tuple[List[Span], List[Dict[str, Any]]]:
+        """The spans (and their answer dicts) that other components put in
+        `doc.spans[key]`."""
+        if key not in doc.spans:
+            return [], []
+        group = doc.spans[key]
+        answers = group.attrs.get("answers")
+        if not isinstance(answers, list) or len(answers) != len(group):
+            return [], []  # not a group of answers: replaced, as before
+        pairs = [
+            (span, answer)
+            for span, answer in zip(group, answers)
+            if isinstance(answer, dict) and answer.get("component") not in (None, self.name)
+        ]
+        return [span for span, _ in pairs], [answer for _, answer in pairs]
 
     # --- training ---------------------------------------------------------------
     def _training_queries(

@@ -111,6 +111,35 @@ def test_per_document_questions_through_pipe_contexts(trained_nlp: Language) -> 
     assert best(nlp(doc))["place"] == "paris"
 
 
+def test_two_qa_components_keep_each_others_answers(trained_nlp: Language, tmp_path: Path) -> None:
+    trained_nlp.to_disk(tmp_path / "copy")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_qa", source=trained_nlp)
+    nlp.add_pipe("bert_qa", name="second", source=spacy.load(tmp_path / "copy"))
+    doc = nlp("john smith is in paris")
+    by_component = {
+        name: {a["key"]: a["text"] for a in doc._.answers if a["component"] == name}
+        for name in ("bert_qa", "second")
+    }
+    assert by_component == {
+        "bert_qa": {"who": "john smith", "where": "paris"},
+        "second": {"who": "john smith", "where": "paris"},
+    }
+    group = doc.spans["answers"]
+    assert sorted((a["component"], s.label_) for s, a in zip(group, group.attrs["answers"])) == [
+        ("bert_qa", "where"),
+        ("bert_qa", "who"),
+        ("second", "where"),
+        ("second", "who"),
+    ]
+    assert len(group.attrs["scores"]) == len(group)
+    # Running a component again replaces its own answers only.
+    before = list(doc._.answers)
+    doc = nlp.get_pipe("second")(doc)
+    assert sorted(doc._.answers, key=repr) == sorted(before, key=repr)
+    assert len(doc.spans["answers"]) == 4
+
+
 def test_top_k_answers_are_ranked(tiny_bert: Path) -> None:
     nlp = trained(tiny_bert, steps=10, top_k=3, questions=QUESTIONS)
     doc = nlp("john smith is in paris and google is in new york")
