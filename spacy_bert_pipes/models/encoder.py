@@ -185,10 +185,12 @@ def run_windows(
     pad = special_ids(encoder)[2]
     lengths = [len(ids) for ids, _ in windows]
     batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
+    multiple = shim.length_multiple(is_train)
     outputs: List[Any] = [None] * len(windows)
     callbacks = []
     for batch in batches:
-        width = max(lengths[i] for i in batch)
+        longest = max(lengths[i] for i in batch)
+        width = -(-longest // multiple) * multiple
         ids = numpy.full((len(batch), width), pad, dtype="i")
         types = numpy.zeros((len(batch), width), dtype="i")
         mask = numpy.zeros((len(batch), width), dtype="i")

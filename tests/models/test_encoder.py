@@ -370,6 +370,34 @@ def test_bf16_is_close_to_fp32(tiny_bert, nlp):
         assert not numpy.array_equal(b.wordpieces, a.wordpieces)
 
 
+def test_bf16_predict_pads_batches_to_16_without_changing_outputs(tiny_bert, nlp, monkeypatch):
+    docs = [nlp(SHORT), nlp(LONG), nlp("a b")]
+    encoder = make_encoder(tiny_bert, max_length=32, stride=8, precision="bf16")
+    shim = encoder.shims[0]
+    assert shim.length_multiple(is_train=False) == 16
+    assert shim.length_multiple(is_train=True) == 1
+    assert make_encoder(tiny_bert, precision="fp32").shims[0].length_multiple(False) == 1
+    widths = []
+    predict = type(shim).predict
+
+    def spy(self, inputs):
+        widths.append(inputs[0].shape[1])
+        return predict(self, inputs)
+
+    monkeypatch.setattr(type(shim), "predict", spy)
+    padded = encoder.predict(docs)
+    assert widths and all(w % 16 == 0 for w in widths)
+    monkeypatch.setattr(type(shim), "length_multiple", lambda self, is_train: 1)
+    widths.clear()
+    unpadded = encoder.predict(docs)
+    assert any(w % 16 for w in widths)
+    for a, b in zip(unpadded, padded):
+        assert b.wordpieces.shape == a.wordpieces.shape
+        # The padding is masked out; only bf16 rounding of other kernels differs.
+        assert_allclose(b.cls, a.cls, atol=0.05)
+        assert_allclose(b.wordpieces, a.wordpieces, atol=0.05)
+
+
 def test_int8_is_close_to_fp32_and_trains_in_fp32(tiny_bert, nlp):
     docs = [nlp(SHORT), nlp(LONG)]
     fp32 = make_encoder(tiny_bert, max_length=32, stride=8)
