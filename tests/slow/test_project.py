@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from spacy.tokens import DocBin
 
 pytestmark = pytest.mark.slow
 
@@ -70,6 +71,8 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
     assert slots["qa_n"] == 40 * 5  # every slot question of every request is scored
     assert 0.0 <= slots["qa_f1"] <= 1.0
     assert (project / "training" / "textcat" / "model-last" / "config.cfg").exists()
+    covid = DocBin().from_disk(project / "corpus" / "covidqa" / "test.spacy")  # for all-gpu
+    assert len(covid) == 98
     assert json.loads((project / "metrics" / "textcat_train_time.json").read_text())["seconds"] > 0
     # bert-pipes evaluate kept each doc's predictions; one per scored request
     lines = (project / "metrics" / "qa_slots_predictions.jsonl").read_text().splitlines()
