@@ -10,6 +10,10 @@ training again: for one pass, train the heads together, listening to one
 
 A head that listens to a `bert_encoder` in its source pipeline is given a copy
 of that encoder as its own (spaCy's `replace_listeners`), so it runs alone.
+A component whose encoder reads each sentence apart (`context = "sentence"`,
+as `configs/ner.cfg` trains on CoNLL's sentences) needs sentence boundaries,
+which no copied component sets: a rule-based `sentencizer` is added first
+(unless `sentencizer=False`), so that paragraphs are read as in training.
 `assemble.json`, written beside the pipeline, says where each component came from.
 """
 
@@ -94,12 +98,16 @@ class Assembled:
         }
 
 
-def assemble(sources: Sequence[Tuple[str, Union[str, Path]]]) -> Assembled:
+def assemble(
+    sources: Sequence[Tuple[str, Union[str, Path]]], *, sentencizer: bool = True
+) -> Assembled:
     """Copy the trained components of several pipelines into one.
 
     sources (Sequence[Tuple[str, Union[str, Path]]]): (kind, pipeline) pairs in the
         order the components should run, kind being "textcat", "ner" or "qa": every
         component of that kind in the pipeline (a folder or package) is copied.
+    sentencizer (bool): Add spaCy's rule-based sentencizer first when a component
+        encodes each sentence apart (encoder `context = "sentence"`).
     RETURNS (Assembled): The pipeline, and where each component came from.
     """
     if not sources:
@@ -196,6 +204,19 @@ def assemble(sources: Sequence[Tuple[str, Union[str, Path]]]) -> Assembled:
             + ": doc.cats holds the later one's score"
         )
     nlp.vocab.from_bytes(vocab_state, exclude=["lookups", "strings"])
+    by_sentence = [c.name for c in components if _encoder_context(nlp, c.name) == "sentence"]
+    if by_sentence and sentencizer:
+        nlp.add_pipe("sentencizer", first=True)
+        notes.append(
+            f"{', '.join(repr(n) for n in by_sentence)} encodes each sentence apart "
+            "(context 'sentence'): a rule-based sentencizer runs first to find them"
+        )
+    elif by_sentence:
+        notes.append(
+            f"{', '.join(repr(n) for n in by_sentence)} encodes each sentence apart "
+            "(context 'sentence'), but nothing sets sentence boundaries: each doc is "
+            "read as one sentence"
+        )
     return Assembled(nlp, components, notes)
 
 
@@ -222,6 +243,15 @@ def save_assembled(assembled: Assembled, output: Union[str, Path]) -> Path:
     manifest = output / MANIFEST
     manifest.write_text(json.dumps(assembled.manifest(), indent=2) + "\n", encoding="utf8")
     return manifest
+
+
+def _encoder_context(nlp: Language, name: str) -> Optional[str]:
+    """The `context` setting of a component's own BertEncoder, if it has one."""
+    model = getattr(nlp.get_pipe(name), "model", None)
+    if not isinstance(model, Model) or not model.has_ref("encoder"):
+        return None
+    context = model.get_ref("encoder").attrs.get("context")
+    return context if isinstance(context, str) else None
 
 
 def _load(path: str, vocab: Optional[Any] = None) -> Language:

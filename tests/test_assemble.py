@@ -158,3 +158,30 @@ def test_cli(sources: Dict[str, str], tmp_path: Path) -> None:
     result = runner.invoke(app, ["assemble", str(tmp_path / "none")])
     assert result.exit_code == 1
     assert "Nothing to assemble" in result.output
+
+
+def test_a_sentence_context_ner_gets_a_sentencizer(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = spacy.blank("en")
+    encoder = {**SMALL_ENCODER, "context": "sentence"}
+    nlp.add_pipe("bert_ner", config={"model": {"encoder": encoder}})
+    nlp.config["initialize"]["components"]["bert_ner"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: ner_examples(nlp))
+    nlp.to_disk(tmp_path / "ner")
+    assembled = assemble([("ner", str(tmp_path / "ner"))])
+    assert assembled.nlp.pipe_names == ["sentencizer", "bert_ner"]
+    assert any("sentencizer runs first" in note for note in assembled.notes)
+    # As the source reads a doc whose sentences were set the same way.
+    text = "john smith is in paris. apple is in london! google is in new york"
+    doc = assembled.nlp(text)
+    assert len(list(doc.sents)) == 3
+    splitter = spacy.blank("en")
+    splitter.add_pipe("sentencizer")
+    expected = nlp(splitter(text))
+    assert [(e.start_char, e.end_char, e.label_) for e in doc.ents] == [
+        (e.start_char, e.end_char, e.label_) for e in expected.ents
+    ]
+    bare = assemble([("ner", str(tmp_path / "ner"))], sentencizer=False)
+    assert bare.nlp.pipe_names == ["bert_ner"]
+    assert any("nothing sets sentence boundaries" in note for note in bare.notes)
+    save_assembled(assembled, tmp_path / "assembled")
+    assert spacy.load(tmp_path / "assembled").pipe_names == ["sentencizer", "bert_ner"]

@@ -37,6 +37,12 @@ def assemble_cli(
         help="A pipeline whose bert_qa components to copy (repeat for several)",
         show_default=False,
     ),
+    sentencizer: bool = typer.Option(
+        True,
+        "--sentencizer/--no-sentencizer",
+        help="Add a rule-based sentencizer first when a component encodes each "
+        "sentence apart (encoder context 'sentence', as configs/ner.cfg)",
+    ),
 ) -> None:
     """Build one pipeline from components trained in separate pipelines.
 
@@ -46,8 +52,9 @@ def assemble_cli(
     and gives the same results as the sources. One shared encoder pass needs
     the heads trained together on one bert_encoder. A head that listened to a
     bert_encoder gets its own copy of it. A component whose name is taken is
-    renamed (bert_textcat_2, ...). OUTPUT/assemble.json says where each
-    component came from.
+    renamed (bert_textcat_2, ...). A component that encodes each sentence
+    apart gets a sentencizer before it (--no-sentencizer: none). OUTPUT/assemble.json
+    says where each component came from.
     """
     sources: List[Tuple[str, str]] = [("textcat", p) for p in textcat or []]
     sources += [("ner", p) for p in ner or []]
@@ -55,7 +62,7 @@ def assemble_cli(
     if not sources:
         _fail("Nothing to assemble: give --textcat, --ner or --qa pipelines")
     try:
-        assembled = assemble(sources)
+        assembled = assemble(sources, sentencizer=sentencizer)
         manifest = save_assembled(assembled, output)
     except AssembleError as err:
         _fail(str(err))
