@@ -20,6 +20,11 @@ from thinc.types import Floats1d, Floats2d, Ints1d, Ints2d
 from .encoder import special_ids, tokenize
 from .windows import window_spans
 
+# When predicting, windows go through the encoder in groups of at most this many
+# wordpieces, and only their logits are kept: 32,768 wordpieces of hidden states
+# are 50 MB at width 384.
+PREDICT_GROUP_WORDPIECES = 32_768
+
 
 @dataclass
 class QAQuery:
@@ -143,7 +148,6 @@ def _qa_forward(
                 types[len(head) :] = 1
                 windows.append((cast(Ints1d, ids), cast(Ints1d, types)))
                 layout.append((d, qi, start, end, len(q_ids)))
-    hidden, backprop_windows = run_windows(encoder, windows, is_train)
     W = cast(Floats2d, model.get_param("W"))  # (2, width)
     b = cast(Floats1d, model.get_param("b"))  # (2,)
     ops = model.ops
@@ -156,10 +160,11 @@ def _qa_forward(
         )
         for q, c, t in zip(queries, contexts, truncated)
     ]
-    # Rows of each window that can hold an answer: [CLS], then the context pieces.
-    rows_of: List[Any] = []
-    inputs: List[Floats2d] = []
-    for h, (d, qi, start, end, q_len) in zip(hidden, layout):
+
+    def window_logits(index: int, h: Floats2d) -> Tuple[Any, Floats2d]:
+        """Start and end logits of window `index` from its hidden states h."""
+        d, qi, start, end, q_len = layout[index]
+        # Rows that can hold an answer: [CLS], then the context pieces.
         first = q_len + 2  # [CLS] question [SEP]
         rows = ops.xp.concatenate(
             [ops.xp.zeros((1,), dtype="i"), ops.xp.arange(first, first + end - start, dtype="i")]
@@ -169,6 +174,23 @@ def _qa_forward(
         outputs[d].questions[qi].append(
             WindowLogits(start, end, logits[:, 0].copy(), logits[:, 1].copy())
         )
+        return rows, X
+
+    if not is_train:
+        # Only logits are kept, so the hidden states are dropped group by group:
+        # many questions over long documents (COVID-QA: 98 articles, 1,380
+        # questions, 11,000 windows per 32 docs) would otherwise hold gigabytes.
+        for lo, hi in window_groups([len(ids) for ids, _ in windows], PREDICT_GROUP_WORDPIECES):
+            hidden, _ = run_windows(encoder, windows[lo:hi], False)
+            for index, h in enumerate(hidden, start=lo):
+                window_logits(index, h)
+        return outputs, _no_backprop
+
+    hidden, backprop_windows = run_windows(encoder, windows, is_train)
+    rows_of: List[Any] = []
+    inputs: List[Floats2d] = []
+    for index, h in enumerate(hidden):
+        rows, X = window_logits(index, h)
         rows_of.append(rows)
         inputs.append(X)
 
@@ -189,6 +211,25 @@ def _qa_forward(
         return []
 
     return outputs, backprop
+
+
+def window_groups(lengths: Sequence[int], budget: int) -> List[Tuple[int, int]]:
+    """Consecutive [lo, hi) ranges of windows, each at most `budget` wordpieces
+    long in all (a longer window is a group alone)."""
+    groups: List[Tuple[int, int]] = []
+    lo, total = 0, 0
+    for index, length in enumerate(lengths):
+        if index > lo and total + length > budget:
+            groups.append((lo, index))
+            lo, total = index, 0
+        total += length
+    if lo < len(lengths):
+        groups.append((lo, len(lengths)))
+    return groups
+
+
+def _no_backprop(d_outputs: Any) -> List[Doc]:
+    raise ValueError("bert_qa's model was run with is_train=False: it has no gradient")
 
 
 def window_targets(

@@ -16,6 +16,7 @@ from spacy_bert_pipes.models.qa import (
     WindowLogits,
     answer_pieces,
     decode_question,
+    window_groups,
     window_targets,
 )
 
@@ -97,6 +98,44 @@ def test_output_layout_and_truncation(tiny_bert: Path) -> None:
         assert covered == set(range(n_pieces))
     empty = out[1].questions[0]
     assert len(empty) == 1 and empty[0].start_logits.shape == (1,)
+
+
+def test_window_groups_are_consecutive_and_within_budget() -> None:
+    assert window_groups([], 10) == []
+    assert window_groups([4, 4, 4, 20, 1], 10) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert window_groups([3, 3, 3], 9) == [(0, 3)]
+
+
+def test_predict_in_groups_keeps_logits_and_frees_hidden_states(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spacy_bert_pipes.models import encoder as encoder_module
+    from spacy_bert_pipes.models import qa as qa_module
+
+    model = make_model(tiny_bert, max_seq_len=24, doc_stride=5, max_question_len=8)
+    nlp = spacy.blank("en")
+    queries = [
+        QAQuery(nlp.make_doc("john smith is in paris and london " * 6), ["who ?", "where ?"]),
+        QAQuery(nlp.make_doc("hello world"), ["who ?"]),
+    ]
+    whole = model.predict(queries)
+    calls = []
+    original = encoder_module.run_windows
+
+    def counting(encoder, windows, is_train):  # type: ignore[no-untyped-def]
+        calls.append(sum(len(ids) for ids, _ in windows))
+        return original(encoder, windows, is_train)
+
+    monkeypatch.setattr(encoder_module, "run_windows", counting)
+    monkeypatch.setattr(qa_module, "PREDICT_GROUP_WORDPIECES", 50)
+    grouped = model.predict(queries)
+    assert len(calls) > 2 and all(n <= 50 for n in calls)
+    for a, b in zip(whole, grouped):
+        for qa_windows, qb_windows in zip(a.questions, b.questions):
+            assert [(w.start, w.end) for w in qa_windows] == [(w.start, w.end) for w in qb_windows]
+            for wa, wb in zip(qa_windows, qb_windows):
+                numpy.testing.assert_allclose(wb.start_logits, wa.start_logits, atol=1e-5)
+                numpy.testing.assert_allclose(wb.end_logits, wa.end_logits, atol=1e-5)
 
 
 def test_bad_window_settings() -> None:
