@@ -8,15 +8,14 @@ encoder they listen to.
 """
 
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import spacy
 from spacy.language import Language
 
-ENCODER_ARCHITECTURE = "spacy-bert-pipes.BertEncoder.v1"
+from .models.types import Precision
 
-# The values of BertEncoder.v1's `precision` setting.
-Precision = Literal["fp32", "bf16", "fp16", "int8", "auto"]
+ENCODER_ARCHITECTURE = "spacy-bert-pipes.BertEncoder.v1"
 
 
 def encoder_config_paths(config: Dict[str, Any]) -> List[str]:

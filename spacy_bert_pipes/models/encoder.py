@@ -31,7 +31,7 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
 
-from .types import DocEncoding, DocEncodingGrad
+from .types import DocEncoding, DocEncodingGrad, Precision
 from .windows import WindowPlan, pack_batches, plan_windows
 
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
@@ -54,7 +54,7 @@ def BertEncoder(
     max_length: int = 128,
     stride: int = 32,
     max_batch_tokens: int = 4096,
-    precision: Literal["fp32", "bf16", "fp16", "int8", "auto"] = "fp32",
+    precision: Precision = "fp32",
     frozen_layers: Union[int, Literal["all"]] = 0,
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
     context: Literal["doc", "sentence"] = "doc",

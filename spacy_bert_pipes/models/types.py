@@ -1,10 +1,13 @@
 """Plain data passed between the encoder and the heads (no torch here)."""
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Literal, Optional
 
 import srsly
 from thinc.types import Floats1d, Floats2d, Ints2d
+
+# The values of BertEncoder.v1's `precision` setting.
+Precision = Literal["fp32", "bf16", "fp16", "int8", "auto"]
 
 
 @dataclass
