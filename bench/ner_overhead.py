@@ -59,9 +59,9 @@ def timed(nlp: Language, texts: List[str], batch_size: int, disable: List[str]) 
     windows = []
     original = encoder_module.run_windows
 
-    def counting(encoder: Any, batch: Any, is_train: bool) -> Any:
+    def counting(encoder: Any, batch: Any, is_train: bool, cases: Any = None) -> Any:
         windows.append(len(batch))
-        return original(encoder, batch, is_train)
+        return original(encoder, batch, is_train, cases)
 
     encoder_module.run_windows = counting
     try:

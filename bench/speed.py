@@ -192,12 +192,12 @@ class WindowCounter:
         self.module = encoder_module
         self.original = encoder_module.run_windows
 
-        def counting(encoder: Any, windows: Any, is_train: bool) -> Any:
+        def counting(encoder: Any, windows: Any, is_train: bool, cases: Any = None) -> Any:
             from spacy_bert_pipes.models.windows import pack_batches
 
             lengths = [len(ids) for ids, _ in windows]
             count_batches(self.counts, lengths, pack_batches(lengths, self.max_batch_tokens))
-            return self.original(encoder, windows, is_train)
+            return self.original(encoder, windows, is_train, cases)
 
         encoder_module.run_windows = counting
         return self

@@ -94,9 +94,9 @@ def windows_run(
     seen: List[Tuple[List[int], List[int]]] = []
     original = encoder_module.run_windows
 
-    def recording(encoder, windows, is_train):  # type: ignore[no-untyped-def]
+    def recording(encoder, windows, is_train, cases=None):  # type: ignore[no-untyped-def]
         seen.extend((list(map(int, ids)), list(map(int, types))) for ids, types in windows)
-        return original(encoder, windows, is_train)
+        return original(encoder, windows, is_train, cases)
 
     with monkeypatch.context() as patch:
         patch.setattr(encoder_module, "run_windows", recording)

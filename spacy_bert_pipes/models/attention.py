@@ -18,7 +18,7 @@ import numpy
 from thinc.api import Model
 from thinc.types import Ints1d, Ints2d
 
-from .encoder import Pieces, hf_shim, special_ids, tokenize
+from .encoder import Pieces, hf_shim, special_ids, tokenize, with_special_cases
 from .windows import window_spans
 
 
@@ -98,9 +98,11 @@ def encoder_attention(
     if question is not None:
         q_pieces = tokenize(encoder, [question])[0]
         truncated = len(q_pieces.ids) > max_question_length
+        q_cases = q_pieces.cases
         q_pieces = Pieces(
             cast(Ints1d, q_pieces.ids[:max_question_length]),
             cast(Ints2d, q_pieces.offsets[:max_question_length]),
+            cases=None if q_cases is None else cast(Ints1d, q_cases[:max_question_length]),
         )
     n_head = 0 if q_pieces is None else len(q_pieces.ids) + 1  # question + [SEP]
     size = max_length - 2 - n_head
@@ -134,7 +136,13 @@ def encoder_attention(
     types = numpy.zeros(len(ids), dtype="i")
     if q_pieces is not None:
         types[1 + n_head :] = 1  # the context and its [SEP]
-    weights = _run_with_attentions(encoder, ids, types)
+    cases = None
+    if text_pieces.cases is not None:  # an encoder with case embeddings
+        parts = [text_pieces.cases[start:end]]
+        if q_pieces is not None:
+            parts.insert(0, cast(Ints1d, q_pieces.cases))
+        cases = numpy.asarray(with_special_cases(*parts))
+    weights = _run_with_attentions(encoder, ids, types, cases)
     tokenizer = hf_shim(encoder).tokenizer
     return AttentionMaps(
         tokens=[str(t) for t in tokenizer.convert_ids_to_tokens(ids.tolist())],
@@ -151,9 +159,15 @@ def encoder_attention(
     )
 
 
-def _run_with_attentions(encoder: Model, ids: numpy.ndarray, types: numpy.ndarray) -> Any:
+def _run_with_attentions(
+    encoder: Model,
+    ids: numpy.ndarray,
+    types: numpy.ndarray,
+    cases: Optional[numpy.ndarray] = None,
+) -> Any:
     """The attention probabilities of every layer for one sequence, as float32
-    numpy (layers, heads, seq, seq)."""
+    numpy (layers, heads, seq, seq). `cases`: the casing classes, for an encoder
+    with case embeddings."""
     import torch
 
     shim = hf_shim(encoder)
@@ -167,6 +181,13 @@ def _run_with_attentions(encoder: Model, ids: numpy.ndarray, types: numpy.ndarra
     }
     if module.uses_token_types:
         kwargs["token_type_ids"] = torch.as_tensor(types, dtype=torch.long, device=device)[None]
+    if module.case_embeddings is not None:
+        if cases is None:
+            raise ValueError("An encoder with case embeddings needs the casing classes")
+        case_ids = torch.as_tensor(cases, dtype=torch.long, device=device)[None]
+        with torch.inference_mode():
+            words = transformer.get_input_embeddings()(kwargs.pop("input_ids"))
+            kwargs["inputs_embeds"] = words + module.case_embeddings(case_ids)
     was_training = transformer.training
     transformer.eval()
     try:

@@ -31,6 +31,7 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
 
+from .casing import NO_CASE, piece_cases
 from .types import DocEncoding, DocEncodingGrad, Precision
 from .windows import WindowPlan, pack_batches, plan_windows
 
@@ -47,6 +48,9 @@ class Pieces:
     ids: Ints1d  # (n_pieces,)
     offsets: Ints2d  # (n_pieces, 2)
     words: Optional[Ints1d] = None  # the tokenizer's word index of each piece (n_pieces,)
+    # the casing class of each piece (`casing.piece_cases`), for an encoder with
+    # case embeddings (n_pieces,)
+    cases: Optional[Ints1d] = None
 
 
 @registry.architectures("spacy-bert-pipes.BertEncoder.v1")
@@ -58,6 +62,7 @@ def BertEncoder(
     frozen_layers: Union[int, Literal["all"]] = 0,
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
     context: Literal["doc", "sentence"] = "doc",
+    case_embeddings: bool = False,
 ) -> Model[List[Doc], List[DocEncoding]]:
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
 
@@ -83,6 +88,13 @@ def BertEncoder(
         sentence boundaries is one sentence), so a sentence gets the same vectors
         alone or inside any document: what a model trained on sentences (CoNLL)
         expects. The [CLS] vector is then the mean over the doc's sentences.
+    case_embeddings (bool): Add a learned vector for each wordpiece's casing (lower,
+        Title, UPPER, mixed, none; from the original characters) to its input
+        embedding. The vectors start at zero, so the pretrained encoder is unchanged
+        until training moves them: this lets an uncased encoder (the default one)
+        see capitals inside the transformer, where they can interact with context
+        (names for NER). Trained even when `frozen_layers` freezes the embeddings;
+        not with frozen_layers = "all", where they would stay zero.
     """
     from .hf_shim import HFShim
 
@@ -94,7 +106,17 @@ def BertEncoder(
         raise ValueError(
             f"stride must be >= 0 and smaller than max_length - 2 ({max_length - 2}): {stride}"
         )
-    shim = HFShim(hidden_layers=hidden_layers, precision=precision, frozen_layers=frozen_layers)
+    if case_embeddings and frozen_layers == "all":
+        raise ValueError(
+            "case_embeddings = true needs training, but frozen_layers = 'all' freezes the "
+            "encoder: the case embeddings would stay zero"
+        )
+    shim = HFShim(
+        hidden_layers=hidden_layers,
+        precision=precision,
+        frozen_layers=frozen_layers,
+        case_embeddings=case_embeddings,
+    )
     return Model(
         "bert_encoder",
         forward,
@@ -134,8 +156,11 @@ def is_loaded(encoder: Model) -> bool:
 
 def tokenize(encoder: Model, texts: Sequence[str], with_words: bool = False) -> List[Pieces]:
     """Wordpieces and character offsets of each text (one tokenizer call per batch);
-    with `with_words`, also the word (pre-tokenizer unit) of each wordpiece."""
-    tokenizer = hf_shim(encoder).tokenizer
+    with `with_words`, also the word (pre-tokenizer unit) of each wordpiece; for an
+    encoder with case embeddings, also each wordpiece's casing class."""
+    shim = hf_shim(encoder)
+    tokenizer = shim.tokenizer
+    with_cases = shim.uses_cases
     if not texts:  # the fast tokenizer fails on an empty batch
         return []
     encoded = tokenizer(
@@ -152,13 +177,9 @@ def tokenize(encoder: Model, texts: Sequence[str], with_words: bool = False) -> 
         if with_words:
             word_ids = [-1 if w is None else w for w in encoded.word_ids(i)]
             words = cast(Ints1d, numpy.asarray(word_ids, dtype="i"))
-        out.append(
-            Pieces(
-                cast(Ints1d, numpy.asarray(ids, dtype="i")),
-                cast(Ints2d, numpy.asarray(offsets, dtype="i").reshape((-1, 2))),
-                words,
-            )
-        )
+        piece_offsets = cast(Ints2d, numpy.asarray(offsets, dtype="i").reshape((-1, 2)))
+        cases = piece_cases(texts[i], piece_offsets) if with_cases else None
+        out.append(Pieces(cast(Ints1d, numpy.asarray(ids, dtype="i")), piece_offsets, words, cases))
     return out
 
 
@@ -173,9 +194,11 @@ def run_windows(
     encoder: Model,
     windows: Sequence[Tuple[Ints1d, Ints1d]],
     is_train: bool,
+    cases: Optional[Sequence[Ints1d]] = None,
 ) -> Tuple[List[Floats2d], Callable[[List[Optional[Floats2d]]], None]]:
     """Run full input sequences (ids and segment ids, specials included) through the
-    transformer, packed into length-sorted batches.
+    transformer, packed into length-sorted batches. An encoder with case embeddings
+    also needs each window's casing classes (`cases`, 0 for the specials).
 
     RETURNS: one (length, width) array per window, views into the batch outputs,
     and a callback taking one gradient (or None) per window.
@@ -183,6 +206,8 @@ def run_windows(
     shim = hf_shim(encoder)
     xp = encoder.ops.xp
     pad = special_ids(encoder)[2]
+    if shim.uses_cases and cases is None:
+        raise ValueError("An encoder with case embeddings needs the windows' casing classes")
     lengths = [len(ids) for ids, _ in windows]
     batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
     multiple = shim.length_multiple(is_train)
@@ -199,8 +224,14 @@ def run_windows(
             ids[row, :n] = windows[i][0]
             types[row, :n] = windows[i][1]
             mask[row, :n] = 1
+        inputs = [ids, mask, types]
+        if shim.uses_cases:
+            case_ids = numpy.zeros((len(batch), width), dtype="i")
+            for row, i in enumerate(batch):
+                case_ids[row, : lengths[i]] = cast(Sequence[Ints1d], cases)[i]
+            inputs.append(case_ids)
         # (batch, length, width)
-        hidden, backprop = shim((xp.asarray(ids), xp.asarray(mask), xp.asarray(types)), is_train)
+        hidden, backprop = shim(tuple(xp.asarray(a) for a in inputs), is_train)
         for row, i in enumerate(batch):
             outputs[i] = hidden[row, : lengths[i]]
         callbacks.append((batch, hidden.shape, backprop))
@@ -217,6 +248,15 @@ def run_windows(
             backprop(d_hidden)
 
     return outputs, backprop_windows
+
+
+def with_special_cases(*parts: Ints1d) -> Ints1d:
+    """Casing classes of a window's pieces with [CLS] before and [SEP] after each
+    part (a question and a context: [CLS] q [SEP] c [SEP]); the specials get 0."""
+    pieces: List[Any] = [[NO_CASE]]
+    for part in parts:
+        pieces.extend([part, [NO_CASE]])
+    return cast(Ints1d, numpy.concatenate(pieces).astype("i"))
 
 
 def segments(doc: Doc, text: str, context: str) -> List[Tuple[int, int]]:
@@ -257,6 +297,7 @@ def forward(
     pieces = iter(tokenize(model, texts))
     doc_segments: List[List[_Segment]] = []
     windows: List[Tuple[Ints1d, Ints1d]] = []
+    window_cases: List[Ints1d] = []
     for doc_spans in spans:
         segs = []
         for start_char, _ in doc_spans:
@@ -267,8 +308,11 @@ def forward(
                 body = cast(numpy.ndarray, seg_pieces.ids[start:end])
                 ids = cast(Ints1d, numpy.concatenate(([cls_id], body, [sep_id])).astype("i"))
                 windows.append((ids, cast(Ints1d, numpy.zeros(len(ids), dtype="i"))))
+                if seg_pieces.cases is not None:
+                    window_cases.append(with_special_cases(seg_pieces.cases[start:end]))
         doc_segments.append(segs)
-    hidden, backprop_windows = run_windows(model, windows, is_train)
+    cases = window_cases if hf_shim(model).uses_cases else None
+    hidden, backprop_windows = run_windows(model, windows, is_train, cases)
 
     encodings = []
     for segs in doc_segments:

@@ -27,6 +27,7 @@ from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
 from thinc.types import FloatsXd
 
 from ..memory import trim_if_grown
+from .casing import N_CASE_CLASSES
 
 
 def _one_thread_after_fork() -> None:
@@ -110,7 +111,13 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 class TransformerModule(torch.nn.Module):
     """A Hugging Face encoder returning one float32 matrix per window."""
 
-    def __init__(self, transformer: torch.nn.Module, hidden_layers: str, precision: str):
+    def __init__(
+        self,
+        transformer: torch.nn.Module,
+        hidden_layers: str,
+        precision: str,
+        case_embeddings: bool = False,
+    ):
         super().__init__()
         if hidden_layers not in HIDDEN_LAYERS:
             raise ValueError(f"hidden_layers must be one of {HIDDEN_LAYERS}, got {hidden_layers!r}")
@@ -132,6 +139,14 @@ class TransformerModule(torch.nn.Module):
 
         params = inspect.signature(transformer.forward).parameters
         self.uses_token_types = "token_type_ids" in params
+        # A learned vector per casing class, added to the input embeddings. Zeros at
+        # first, so a pretrained encoder starts out computing exactly what it did.
+        self.case_embeddings: Optional[torch.nn.Embedding] = None
+        if case_embeddings:
+            config: Any = transformer.config
+            embedding = torch.nn.Embedding(N_CASE_CLASSES, int(config.hidden_size))
+            torch.nn.init.zeros_(embedding.weight)
+            self.case_embeddings = embedding
 
     @property
     def width(self) -> int:
@@ -153,18 +168,24 @@ class TransformerModule(torch.nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor,
+        case_ids: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        # input_ids, attention_mask, token_type_ids: (batch, length)
-        kwargs: Dict[str, torch.Tensor] = {
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-        }
+        # input_ids, attention_mask, token_type_ids, case_ids: (batch, length)
+        kwargs: Dict[str, torch.Tensor] = {"attention_mask": attention_mask}
         if self.uses_token_types:
             kwargs["token_type_ids"] = token_type_ids
         dtype = PRECISIONS[resolve_precision(self.precision, input_ids.device)]
         with torch.autocast(
             device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
         ):
+            if self.case_embeddings is None:
+                kwargs["input_ids"] = input_ids
+            else:
+                if case_ids is None:
+                    raise ValueError("This encoder has case embeddings: pass case_ids")
+                words = self.transformer.get_input_embeddings()(input_ids)
+                # (batch, length, hidden)
+                kwargs["inputs_embeds"] = words + self.case_embeddings(case_ids)
             if self.hidden_layers == "last":
                 hidden = self.transformer(**kwargs).last_hidden_state
             else:
@@ -241,11 +262,13 @@ class HFShim(Shim):
         hidden_layers: str = "last",
         precision: str = "fp32",
         frozen_layers: Union[int, str] = 0,
+        case_embeddings: bool = False,
     ):
         super().__init__(None, config={}, optimizer=None)
         self.hidden_layers = hidden_layers
         self.precision = precision
         self.frozen_layers = frozen_layers
+        self.case_embeddings = case_embeddings
         self._tokenizer: Any = None
         self._grad_scaler = PyTorchGradScaler(enabled=precision == "fp16")
         # precision "bf16" / "int8": a reduced-precision copy of the module for
@@ -277,7 +300,9 @@ class HFShim(Shim):
                 "are needed to align wordpieces with spaCy tokens."
             )
         set_frozen_layers(transformer, self.frozen_layers)
-        module = TransformerModule(transformer, self.hidden_layers, self.precision)
+        module = TransformerModule(
+            transformer, self.hidden_layers, self.precision, self.case_embeddings
+        )
         module.to(get_torch_default_device())
         module.eval()
         self._model = module
@@ -287,6 +312,11 @@ class HFShim(Shim):
     @property
     def device(self) -> torch.device:
         return next(self.module.parameters()).device
+
+    @property
+    def uses_cases(self) -> bool:
+        """Whether batches carry a 4th array, the casing class of each wordpiece."""
+        return self.module.case_embeddings is not None
 
     @property
     def fully_frozen(self) -> bool:
@@ -302,17 +332,18 @@ class HFShim(Shim):
             return 1
         return 16 if resolve_precision(self.precision, self.device) == "bf16" else 1
 
-    def __call__(self, inputs: Tuple[Any, Any, Any], is_train: bool) -> Tuple[Any, Callable]:
+    def __call__(self, inputs: Tuple[Any, ...], is_train: bool) -> Tuple[Any, Callable]:
         if is_train and not self.fully_frozen:
             return self.begin_update(inputs)
         return self.predict(inputs), _no_backprop
 
-    def _to_tensors(self, inputs: Tuple[Any, Any, Any]) -> List[torch.Tensor]:
+    def _to_tensors(self, inputs: Tuple[Any, ...]) -> List[torch.Tensor]:
         device = self.device
         return [xp2torch(arr, device=device).long() for arr in inputs]
 
-    def predict(self, inputs: Tuple[Any, Any, Any]) -> Any:
-        """Run a batch (ids, mask, segment ids; each (batch, length)) without gradients."""
+    def predict(self, inputs: Tuple[Any, ...]) -> Any:
+        """Run a batch (ids, mask, segment ids[, casing classes]; each (batch, length))
+        without gradients."""
         module = self._inference_module()
         # Module.train()/eval() walk every submodule, which cost ~7% of nlp.pipe time
         # on short texts when done twice a batch: switch only when needed and stay
@@ -362,7 +393,7 @@ class HFShim(Shim):
             self._reduced = reduced
         return self._reduced
 
-    def begin_update(self, inputs: Tuple[Any, Any, Any]) -> Tuple[Any, Callable]:
+    def begin_update(self, inputs: Tuple[Any, ...]) -> Tuple[Any, Callable]:
         module = self.module
         if self.precision == "fp16" and self.device.type == "cpu":
             raise ValueError(
@@ -451,6 +482,10 @@ class HFShim(Shim):
             "tokenizer": tokenizer_files,
             "weights": save_safetensors(state),
         }
+        case_embeddings = self.module.case_embeddings
+        if case_embeddings is not None:
+            weight = case_embeddings.weight.detach().contiguous().cpu()
+            msg["case_embeddings"] = save_safetensors({"weight": weight})
         return srsly.msgpack_dumps(msg)
 
     def from_bytes(self, bytes_data: bytes) -> "HFShim":
@@ -471,6 +506,18 @@ class HFShim(Shim):
             tokenizer = AutoTokenizer.from_pretrained(tmp, use_fast=True, local_files_only=True)
         transformer.eval()
         self.load(transformer, tokenizer)
+        case_embeddings = self.module.case_embeddings
+        if "case_embeddings" in msg:
+            if case_embeddings is None:
+                raise ValueError(
+                    "The saved encoder has case embeddings but this one is configured "
+                    "without them (case_embeddings = false): loading it would drop "
+                    "trained weights. Set case_embeddings = true."
+                )
+            weight = load_safetensors(msg["case_embeddings"])["weight"]
+            case_embeddings.weight.data.copy_(weight.to(case_embeddings.weight.device))
+        # Saved without case embeddings but configured with them: they stay zero,
+        # which is exactly the saved encoder.
         return self
 
 

@@ -17,7 +17,7 @@ from spacy.util import registry
 from thinc.api import Model, glorot_uniform_init
 from thinc.types import Floats1d, Floats2d, Ints1d, Ints2d
 
-from .encoder import special_ids, tokenize
+from .encoder import hf_shim, special_ids, tokenize, with_special_cases
 from .windows import window_spans
 
 # When predicting, windows go through the encoder in groups of at most this many
@@ -128,6 +128,8 @@ def _qa_forward(
     all_questions = [text for q in queries for text in q.questions]
     question_pieces = tokenize(encoder, all_questions)
     windows: List[Tuple[Ints1d, Ints1d]] = []
+    # casing classes of each window, for an encoder with case embeddings
+    cases: Optional[List[Ints1d]] = [] if hf_shim(encoder).uses_cases else None
     # (doc, question, start, end, question length) of each window
     layout: List[Tuple[int, int, int, int, int]] = []
     truncated: List[List[bool]] = []
@@ -136,6 +138,7 @@ def _qa_forward(
         truncated.append([])
         for qi in range(len(query.questions)):
             q_ids = numpy.asarray(question_pieces[k].ids)
+            q_cases = question_pieces[k].cases
             k += 1
             truncated[-1].append(len(q_ids) > max_q)
             q_ids = q_ids[:max_q]
@@ -147,6 +150,9 @@ def _qa_forward(
                 types = numpy.zeros(len(ids), dtype="i")
                 types[len(head) :] = 1
                 windows.append((cast(Ints1d, ids), cast(Ints1d, types)))
+                if cases is not None:
+                    c_cases = cast(Ints1d, context.cases)[start:end]
+                    cases.append(with_special_cases(cast(Ints1d, q_cases)[:max_q], c_cases))
                 layout.append((d, qi, start, end, len(q_ids)))
     W = cast(Floats2d, model.get_param("W"))  # (2, width)
     b = cast(Floats1d, model.get_param("b"))  # (2,)
@@ -181,12 +187,13 @@ def _qa_forward(
         # many questions over long documents (COVID-QA: 98 articles, 1,380
         # questions, 11,000 windows per 32 docs) would otherwise hold gigabytes.
         for lo, hi in window_groups([len(ids) for ids, _ in windows], PREDICT_GROUP_WORDPIECES):
-            hidden, _ = run_windows(encoder, windows[lo:hi], False)
+            group_cases = None if cases is None else cases[lo:hi]
+            hidden, _ = run_windows(encoder, windows[lo:hi], False, group_cases)
             for index, h in enumerate(hidden, start=lo):
                 window_logits(index, h)
         return outputs, _no_backprop
 
-    hidden, backprop_windows = run_windows(encoder, windows, is_train)
+    hidden, backprop_windows = run_windows(encoder, windows, is_train, cases)
     rows_of: List[Any] = []
     inputs: List[Floats2d] = []
     for index, h in enumerate(hidden):

@@ -144,3 +144,15 @@ def test_no_attentions_is_a_clear_error(tiny_bert: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(transformer, "forward", forward)
     with pytest.raises(ValueError, match="returned no attention weights"):
         encoder_attention(encoder, TEXT)
+
+
+def test_case_embeddings_enter_the_attention_maps(tiny_bert: Path, encoder: Model) -> None:
+    cased = make_encoder(tiny_bert, max_length=16, stride=4, case_embeddings=True)
+    question = "Who is in Paris?"
+    plain = encoder_attention(encoder, TEXT, question=question)
+    zero = encoder_attention(cased, TEXT, question=question)
+    assert_allclose(zero.weights, plain.weights, atol=1e-6)
+    torch.nn.init.normal_(hf_shim(cased).module.case_embeddings.weight)
+    moved = encoder_attention(cased, TEXT, question=question)
+    assert moved.input_ids.tolist() == plain.input_ids.tolist()
+    assert not numpy.allclose(moved.weights, plain.weights, atol=1e-3)

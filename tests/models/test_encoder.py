@@ -523,3 +523,55 @@ def test_sentence_context_backprop_matches_torch_autograd(still_bert, nlp):
 def test_invalid_context():
     with pytest.raises(ValueError, match="context must be one of doc, sentence"):
         BertEncoder(context="paragraph")
+
+
+# --- case embeddings -------------------------------------------------------
+
+
+def test_zero_case_embeddings_leave_the_pretrained_encoder_unchanged(tiny_bert, nlp):
+    docs = [nlp("Apple opened a store in Paris."), nlp(LONG)]
+    plain = make_encoder(tiny_bert, max_length=16, stride=4)
+    cased = make_encoder(tiny_bert, max_length=16, stride=4, case_embeddings=True)
+    for a, b in zip(plain.predict(docs), cased.predict(docs)):
+        assert_allclose(a.wordpieces, b.wordpieces, atol=1e-6)
+        assert_allclose(a.cls, b.cls, atol=1e-6)
+
+
+def test_case_embeddings_let_an_uncased_encoder_see_capitals(tiny_bert, nlp):
+    lower, title = nlp("apple is in paris"), nlp("Apple is in Paris")
+    plain = make_encoder(tiny_bert)
+    a, b = plain.predict([lower, title])
+    assert_allclose(a.wordpieces, b.wordpieces, atol=1e-6)  # the tokenizer lower-cases
+    cased = make_encoder(tiny_bert, case_embeddings=True)
+    torch.nn.init.normal_(cased.shims[0].module.case_embeddings.weight)
+    a, b = cased.predict([lower, title])
+    assert not numpy.allclose(a.wordpieces, b.wordpieces, atol=1e-3)
+
+
+def test_case_embeddings_train_and_round_trip(still_bert, nlp):
+    encoder = make_encoder(still_bert, case_embeddings=True)
+    docs = [nlp("Apple is in Paris"), nlp("NASA said so")]
+    encodings, backprop = encoder.begin_update(docs)
+    backprop(
+        [DocEncodingGrad(d_cls=None, d_wordpieces=numpy.ones_like(e.wordpieces)) for e in encodings]
+    )
+    encoder.finish_update(Adam(0.01))
+    weight = encoder.shims[0].module.case_embeddings.weight.detach().numpy().copy()
+    assert numpy.abs(weight).sum() > 0  # the classes in these texts moved
+    restored = BertEncoder(case_embeddings=True).from_bytes(encoder.to_bytes())
+    restored_weight = restored.shims[0].module.case_embeddings.weight.detach().numpy()
+    assert_allclose(restored_weight, weight)
+    for a, b in zip(encoder.predict(docs), restored.predict(docs)):
+        assert_allclose(a.wordpieces, b.wordpieces, atol=1e-6)
+    with pytest.raises(ValueError, match="case_embeddings = true"):
+        BertEncoder().from_bytes(encoder.to_bytes())
+    # an encoder saved without them loads with zero ones: the same encoder
+    plain = make_encoder(still_bert)
+    zeroed = BertEncoder(case_embeddings=True).from_bytes(plain.to_bytes())
+    for a, b in zip(plain.predict(docs), zeroed.predict(docs)):
+        assert_allclose(a.wordpieces, b.wordpieces, atol=1e-6)
+
+
+def test_case_embeddings_need_a_trainable_encoder():
+    with pytest.raises(ValueError, match="frozen_layers = 'all'"):
+        BertEncoder(case_embeddings=True, frozen_layers="all")

@@ -50,9 +50,9 @@ def test_windows_match_transformers_overflowing_tokens(tiny_bert: Path) -> None:
     seen = []
     original = encoder_module.run_windows
 
-    def capture(encoder, windows, is_train):  # type: ignore[no-untyped-def]
+    def capture(encoder, windows, is_train, cases=None):  # type: ignore[no-untyped-def]
         seen.extend(windows)
-        return original(encoder, windows, is_train)
+        return original(encoder, windows, is_train, cases)
 
     encoder_module.run_windows = capture
     try:
@@ -122,9 +122,9 @@ def test_predict_in_groups_keeps_logits_and_frees_hidden_states(
     calls = []
     original = encoder_module.run_windows
 
-    def counting(encoder, windows, is_train):  # type: ignore[no-untyped-def]
+    def counting(encoder, windows, is_train, cases=None):  # type: ignore[no-untyped-def]
         calls.append(sum(len(ids) for ids, _ in windows))
-        return original(encoder, windows, is_train)
+        return original(encoder, windows, is_train, cases)
 
     monkeypatch.setattr(encoder_module, "run_windows", counting)
     monkeypatch.setattr(qa_module, "PREDICT_GROUP_WORDPIECES", 50)
@@ -172,3 +172,38 @@ def test_decode_question_scores_like_the_pipeline() -> None:
     short, _ = decode_question([window], max_answer_len=1, top_k=1)
     assert (short[0].first, short[0].last) == (10, 10)  # the span of length 1 wins
     assert short[0].score == pytest.approx(0.6 * 0.1)
+
+
+def test_case_embeddings_reach_question_and_context_pieces(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spacy_bert_pipes.models import encoder as encoder_module
+    from spacy_bert_pipes.models.casing import LOWER, NO_CASE, TITLE, UPPER
+
+    settings = {"max_seq_len": 24, "doc_stride": 5, "max_question_len": 8}
+    plain = make_model(tiny_bert, **settings)
+    encoder = BertEncoder(max_length=16, stride=4, case_embeddings=True)
+    HFCheckpoint(str(tiny_bert)).load_encoder(encoder)
+    cased = QAModel(encoder, **settings)
+    cased.initialize()
+    cased.set_param("W", plain.get_param("W"))
+    nlp = spacy.blank("en")
+    queries = [QAQuery(nlp.make_doc("John Smith is in PARIS " * 3), ["Who ?"])]
+    seen = []
+    original = encoder_module.run_windows
+
+    def capture(encoder, windows, is_train, cases=None):  # type: ignore[no-untyped-def]
+        if cases is not None:
+            seen.extend(cases)
+        return original(encoder, windows, is_train, cases)
+
+    monkeypatch.setattr(encoder_module, "run_windows", capture)
+    # zero case embeddings: the same logits as the encoder without them
+    for a, b in zip(plain.predict(queries)[0].questions[0], cased.predict(queries)[0].questions[0]):
+        numpy.testing.assert_allclose(b.start_logits, a.start_logits, atol=1e-5)
+    assert len(seen) == 1
+    # [CLS] w ##h ##o ? [SEP] john smith is in paris ... [SEP] ("who" is three
+    # pieces in the tiny vocabulary)
+    expected = [NO_CASE, TITLE, LOWER, LOWER, NO_CASE, NO_CASE, TITLE, TITLE, LOWER, LOWER, UPPER]
+    assert seen[0][: len(expected)].tolist() == expected
+    assert seen[0][-1] == NO_CASE
