@@ -122,7 +122,12 @@ def token_f1(prediction: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def score_qa(examples: Iterable[Example], *, top_k_key: str = "answers") -> Dict[str, Any]:
+def score_qa(
+    examples: Iterable[Example],
+    *,
+    top_k_key: str = "answers",
+    component: Optional[str] = None,
+) -> Dict[str, Any]:
     """Extractive question answering scores with the official SQuAD (v2.0)
     semantics: per question, the exact match and token F1 of the top
     prediction against its best-matching reference answer, averaged.
@@ -138,6 +143,8 @@ def score_qa(examples: Iterable[Example], *, top_k_key: str = "answers") -> Dict
     examples (Iterable[Example]): The examples to score.
     top_k_key (str): The Doc extension holding the predictions, e.g. "answers"
         for `doc._.answers`.
+    component (Optional[str]): Score only the answers of this `bert_qa` (their
+        "component"), when a pipeline has several; None scores them all.
     RETURNS (Dict[str, Any]): "qa_exact" and "qa_f1" over all questions,
         "qa_has_ans_exact" and "qa_has_ans_f1" over those with an answer,
         "qa_no_ans_exact" and "qa_no_ans_f1" over those without (between 0.0
@@ -154,7 +161,10 @@ def score_qa(examples: Iterable[Example], *, top_k_key: str = "answers") -> Dict
     tp = fp = fn = 0
     for eg in examples:
         gold = eg.reference._.gold_answers or {}
-        predicted = _top_answers(getattr(eg.predicted._, top_k_key) or [])
+        answers_of = getattr(eg.predicted._, top_k_key) or []
+        if component is not None:
+            answers_of = [a for a in answers_of if a.get("component", component) == component]
+        predicted = _top_answers(answers_of)
         for key, answers in gold.items():
             prediction = predicted.get(key, "")
             # As the official script: references that normalize to nothing

@@ -163,3 +163,14 @@ def test_span_prf_for_slot_filling(nlp):
     assert scores["qa_span_p"] == pytest.approx(1 / 3)
     assert scores["qa_span_r"] == pytest.approx(1 / 3)
     assert scores["qa_span_f"] == pytest.approx(2 / (2 + 2 + 2))
+
+
+def test_score_qa_of_one_component(nlp):
+    """With two bert_qa in a pipeline, each scores its own answers."""
+    right = {**answer("who", "Denver Broncos"), "component": "reader"}
+    wrong = {**answer("who", "Santa Clara"), "component": "slots"}
+    eg = make_example(nlp, {"who": ["Denver Broncos"]}, [wrong, right])
+    assert score_qa([eg], component="reader")["qa_exact"] == 1.0
+    assert score_qa([eg], component="slots")["qa_exact"] == 0.0
+    # a component with no answers here answered nothing
+    assert score_qa([eg], component="other")["qa_exact"] == 0.0

@@ -446,7 +446,7 @@ class BertQuestionAnswerer(TrainablePipe):
         """
         examples = list(examples)
         validate_examples(examples, "BertQuestionAnswerer.score")
-        todo = [eg for eg in examples if _unanswered(eg)]
+        todo = [eg for eg in examples if _unanswered(eg, self.name)]
         for start in range(0, len(todo), 32):
             batch = todo[start : start + 32]
             docs = []
@@ -458,12 +458,16 @@ class BertQuestionAnswerer(TrainablePipe):
             self.set_annotations(docs, self.predict(docs))
         if self.scorer is None:
             return {}
-        return self.scorer(examples)
+        # Only this component's answers: a pipeline may have several bert_qa.
+        return self.scorer(examples, component=self.name)
 
 
-def _unanswered(eg: Example) -> bool:
+def _unanswered(eg: Example, component: str) -> bool:
+    """Whether the component has not yet answered some of the reference's questions
+    (answers without a "component" count as any component's)."""
     gold = eg.reference._.get("gold_answers") or {}
-    answered = {a["key"] for a in eg.predicted._.get("answers") or []}
+    answers = eg.predicted._.get("answers") or []
+    answered = {a["key"] for a in answers if a.get("component", component) == component}
     return bool(set(gold) - answered)
 
 
