@@ -161,10 +161,10 @@ def score_qa(
     tp = fp = fn = 0
     for eg in examples:
         gold = eg.reference._.gold_answers or {}
-        answers_of = getattr(eg.predicted._, top_k_key) or []
+        answers = getattr(eg.predicted._, top_k_key) or []
         if component is not None:
-            answers_of = [a for a in answers_of if a.get("component", component) == component]
-        predicted = _top_answers(answers_of)
+            answers = answers_of(answers, component)
+        predicted = _top_answers(answers)
         for key, answers in gold.items():
             prediction = predicted.get(key, "")
             # As the official script: references that normalize to nothing
@@ -196,6 +196,12 @@ def score_qa(
         "qa_span_r": tp / (tp + fn) if tp + fn else None,
         "qa_span_f": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None,
     }
+
+
+def answers_of(answers: Iterable[Dict[str, Any]], component: str) -> List[Dict[str, Any]]:
+    """The answers a `bert_qa` component gave (their "component"); an answer that
+    names no component counts as any component's."""
+    return [a for a in answers if a.get("component", component) == component]
 
 
 @registry.scorers("spacy-bert-pipes.qa_scorer.v1")

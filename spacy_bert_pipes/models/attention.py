@@ -175,19 +175,15 @@ def _run_with_attentions(
     transformer = module.transformer
     device = shim.device
     # (1, seq)
-    kwargs = {
-        "input_ids": torch.as_tensor(ids, dtype=torch.long, device=device)[None],
-        "attention_mask": torch.ones((1, len(ids)), dtype=torch.long, device=device),
-    }
+    input_ids = torch.as_tensor(ids, dtype=torch.long, device=device)[None]
+    case_ids = (
+        None if cases is None else torch.as_tensor(cases, dtype=torch.long, device=device)[None]
+    )
+    kwargs = {"attention_mask": torch.ones((1, len(ids)), dtype=torch.long, device=device)}
     if module.uses_token_types:
         kwargs["token_type_ids"] = torch.as_tensor(types, dtype=torch.long, device=device)[None]
-    if module.case_embeddings is not None:
-        if cases is None:
-            raise ValueError("An encoder with case embeddings needs the casing classes")
-        case_ids = torch.as_tensor(cases, dtype=torch.long, device=device)[None]
-        with torch.inference_mode():
-            words = transformer.get_input_embeddings()(kwargs.pop("input_ids"))
-            kwargs["inputs_embeds"] = words + module.case_embeddings(case_ids)
+    with torch.inference_mode():
+        kwargs.update(module.inputs(input_ids, case_ids))
     was_training = transformer.training
     transformer.eval()
     try:

@@ -148,6 +148,18 @@ class TransformerModule(torch.nn.Module):
             torch.nn.init.zeros_(embedding.weight)
             self.case_embeddings = embedding
 
+    def inputs(
+        self, input_ids: torch.Tensor, case_ids: Optional[torch.Tensor] = None
+    ) -> Dict[str, torch.Tensor]:
+        """The transformer's input argument: the ids, or with case embeddings the
+        word embeddings plus each wordpiece's casing vector (batch, length, hidden)."""
+        if self.case_embeddings is None:
+            return {"input_ids": input_ids}
+        if case_ids is None:
+            raise ValueError("This encoder has case embeddings: pass case_ids")
+        words = self.transformer.get_input_embeddings()(input_ids)
+        return {"inputs_embeds": words + self.case_embeddings(case_ids)}
+
     @property
     def width(self) -> int:
         config: Any = self.transformer.config  # a transformers PretrainedConfig
@@ -178,14 +190,7 @@ class TransformerModule(torch.nn.Module):
         with torch.autocast(
             device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
         ):
-            if self.case_embeddings is None:
-                kwargs["input_ids"] = input_ids
-            else:
-                if case_ids is None:
-                    raise ValueError("This encoder has case embeddings: pass case_ids")
-                words = self.transformer.get_input_embeddings()(input_ids)
-                # (batch, length, hidden)
-                kwargs["inputs_embeds"] = words + self.case_embeddings(case_ids)
+            kwargs.update(self.inputs(input_ids, case_ids))
             if self.hidden_layers == "last":
                 hidden = self.transformer(**kwargs).last_hidden_state
             else:

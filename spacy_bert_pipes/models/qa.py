@@ -142,6 +142,8 @@ def _qa_forward(
             k += 1
             truncated[-1].append(len(q_ids) > max_q)
             q_ids = q_ids[:max_q]
+            if q_cases is not None:
+                q_cases = cast(Ints1d, q_cases[:max_q])
             size = max_seq_len - len(q_ids) - 3
             head = numpy.concatenate(([cls_id], q_ids, [sep_id]))
             for start, end in window_spans(len(context.ids), size, stride):
@@ -152,7 +154,7 @@ def _qa_forward(
                 windows.append((cast(Ints1d, ids), cast(Ints1d, types)))
                 if cases is not None:
                     c_cases = cast(Ints1d, context.cases)[start:end]
-                    cases.append(with_special_cases(cast(Ints1d, q_cases)[:max_q], c_cases))
+                    cases.append(with_special_cases(cast(Ints1d, q_cases), c_cases))
                 layout.append((d, qi, start, end, len(q_ids)))
     W = cast(Floats2d, model.get_param("W"))  # (2, width)
     b = cast(Floats1d, model.get_param("b"))  # (2,)

@@ -20,6 +20,7 @@ from ..models.qa import (
     softmax,
     window_targets,
 )
+from ..scorers import answers_of
 from .common import (
     ensure_encoding_extension,
     ensure_qa_extensions,
@@ -466,8 +467,7 @@ def _unanswered(eg: Example, component: str) -> bool:
     """Whether the component has not yet answered some of the reference's questions
     (answers without a "component" count as any component's)."""
     gold = eg.reference._.get("gold_answers") or {}
-    answers = eg.predicted._.get("answers") or []
-    answered = {a["key"] for a in answers if a.get("component", component) == component}
+    answered = {a["key"] for a in answers_of(eg.predicted._.get("answers") or [], component)}
     return bool(set(gold) - answered)
 
 
