@@ -3,7 +3,8 @@ and Hugging Face pipelines, on the same texts and the same weights (not a test).
 
     python bench/speed.py --workload short|news|long [--limit N] [--precision fp32|bf16]
         [--threads 2] [--max-batch-tokens 4096] [--batch-size 128]
-        [--systems bare,ours-textcat,...] [--repeats 1] [--output FILE]
+        [--systems bare,ours-textcat,...] [--repeats 1] [--gpu 0] [--data DIR]
+        [--output FILE]
 
 Every system runs in a fresh subprocess (this script again, with `--system NAME`),
 so that its peak RSS is its own; a system that fails records its error and the
@@ -33,8 +34,14 @@ PER/ORG/LOC/MISC):
   hf-textcat-ner    both of the above in one process, seconds summed.
   hf-qa             pipeline("question-answering"), the same 3 questions per text.
 
+With `--gpu N` every system runs on CUDA device N (ours and spacy-transformers through
+`spacy.require_gpu`, bare and Hugging Face on the same device), the timed region ends
+with a device synchronize, and the peak GPU memory of the run is recorded beside the
+RSS (thinc's allocations go through PyTorch's, so one counter holds both).
+
 Writes bench/results/speed_<workload>_<precision>_t<threads>_mbt<budget>.json (plus
-the system list when it is not the default one); `bench/speed_table.py` renders them.
+the system list when it is not the default one; `gpu_speed_...` on a GPU);
+`bench/speed_table.py` renders the CPU ones.
 """
 
 import csv
@@ -55,7 +62,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Tuple
 import typer
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "datasets"
+DEFAULT_DATA = REPO.parent / "shared" / "datasets"
 RESULTS = REPO / "bench" / "results"
 WORKLOADS = ("short", "news", "long")
 SYSTEMS = (
@@ -111,24 +118,26 @@ class Settings:
     max_length: int
     stride: int
     repeats: int
+    gpu: int
+    data: str
 
 
 # --- data ---------------------------------------------------------------------------
-def load_texts(workload: str, limit: int) -> List[str]:
+def load_texts(workload: str, limit: int, data: Path) -> List[str]:
     """The first `limit` texts of a workload (0: all), in file order."""
     if workload == "short":
-        with (DATA / "banking77" / "test.csv").open(encoding="utf8", newline="") as file_:
+        with (data / "banking77" / "test.csv").open(encoding="utf8", newline="") as file_:
             texts = [row["text"] for row in csv.DictReader(file_)]
     else:
         name = "squad/dev-v1.1.json" if workload == "news" else "covidqa/covidqa-200423.json"
-        data = json.loads((DATA / name).read_text(encoding="utf8"))
-        contexts = [p["context"] for article in data["data"] for p in article["paragraphs"]]
+        squad = json.loads((data / name).read_text(encoding="utf8"))
+        contexts = [p["context"] for article in squad["data"] for p in article["paragraphs"]]
         texts = list(dict.fromkeys(contexts))  # unique, in file order
     return texts[:limit] if limit > 0 else texts
 
 
-def intent_labels() -> List[str]:
-    with (DATA / "banking77" / "train.csv").open(encoding="utf8", newline="") as file_:
+def intent_labels(data: Path) -> List[str]:
+    with (data / "banking77" / "train.csv").open(encoding="utf8", newline="") as file_:
         return sorted({row["category"] for row in csv.DictReader(file_)})
 
 
@@ -258,6 +267,8 @@ def build_bare(s: Settings, qa: bool) -> Tuple[Runner, Dict[str, Any]]:
     # autocast over fp32 weights on this CPU), so the limit is the fastest forward.
     if s.precision == "bf16":
         model = model.to(torch.bfloat16)
+    device = torch.device(f"cuda:{s.gpu}" if s.gpu >= 0 else "cpu")
+    model = model.to(device)
 
     def run(texts: List[str]) -> Dict[str, Any]:
         counts = {"windows": 0, "wordpieces": 0, "padded_wordpieces": 0, "batches": 0}
@@ -281,7 +292,9 @@ def build_bare(s: Settings, qa: bool) -> Tuple[Runner, Dict[str, Any]]:
                 with torch.inference_mode():
                     # (batch, longest, width)
                     hidden = model(
-                        input_ids=ids, attention_mask=mask, token_type_ids=types
+                        input_ids=ids.to(device),
+                        attention_mask=mask.to(device),
+                        token_type_ids=types.to(device),
                     ).last_hidden_state
                 width = hidden.shape[-1]
         return {**counts, "hidden_width": int(width), "ok": counts["windows"] >= len(texts)}
@@ -310,7 +323,7 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
 
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")
-    labels = intent_labels()
+    labels = intent_labels(Path(s.data))
     listener = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
     own = encoder_config(s)
     if system == "ours-qa":
@@ -431,7 +444,7 @@ def build_trf(s: Settings, texts: List[str]) -> Tuple[Runner, Dict[str, Any]]:
         "tok2vec": listener,
     }
     ner: Any = nlp.add_pipe("ner", config={"model": ner_model})
-    labels = intent_labels()
+    labels = intent_labels(Path(s.data))
     for label in labels:
         textcat.add_label(label)
     for label in NER_LABELS:
@@ -484,7 +497,7 @@ def build_hf(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
     transformers.logging.set_verbosity_error()  # "newly initialized heads" warnings
     folder = encoder_folder()
     kwargs: Dict[str, Any] = {"local_files_only": True, "use_safetensors": True}
-    labels = intent_labels()
+    labels = intent_labels(Path(s.data))
     runs: List[Tuple[str, Callable[[List[str]], Dict[str, int]]]] = []
     if system in ("hf-textcat", "hf-textcat-ner"):
         model = AutoModelForSequenceClassification.from_pretrained(
@@ -493,7 +506,7 @@ def build_hf(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
         tokenizer = AutoTokenizer.from_pretrained(
             folder, model_max_length=s.max_length, local_files_only=True
         )
-        classify = pipeline("text-classification", model=model, tokenizer=tokenizer, device=-1)
+        classify = pipeline("text-classification", model=model, tokenizer=tokenizer, device=s.gpu)
 
         def run_textcat(texts: List[str]) -> Dict[str, int]:
             out = classify(texts, batch_size=s.hf_batch_size, truncation=True)
@@ -513,7 +526,7 @@ def build_hf(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
             tokenizer=tokenizer,
             aggregation_strategy="first",
             stride=s.stride,
-            device=-1,
+            device=s.gpu,
         )
 
         def run_ner(texts: List[str]) -> Dict[str, int]:
@@ -524,7 +537,7 @@ def build_hf(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
     if system == "hf-qa":
         model = AutoModelForQuestionAnswering.from_pretrained(folder, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        answer = pipeline("question-answering", model=model, tokenizer=tokenizer, device=-1)
+        answer = pipeline("question-answering", model=model, tokenizer=tokenizer, device=s.gpu)
         qa_batch = max(1, s.max_batch_tokens // QA_MAX_SEQ_LEN)
 
         def run_qa(texts: List[str]) -> Dict[str, int]:
@@ -605,7 +618,19 @@ def run_system(system: str, s: Settings) -> Dict[str, Any]:
     torch_threads_before = torch.get_num_threads()
     if s.threads > 0:
         torch.set_num_threads(s.threads)
-    texts = load_texts(s.workload, s.limit)
+    texts = load_texts(s.workload, s.limit, Path(s.data))
+    if s.gpu >= 0:
+        from thinc.api import set_gpu_allocator
+
+        # Ours and spacy-transformers run on the GPU through thinc; its (cupy)
+        # allocations go through PyTorch's allocator, so one peak counts both.
+        set_gpu_allocator("pytorch")
+        spacy.require_gpu(s.gpu)
+
+    def synchronize() -> None:
+        if s.gpu >= 0:
+            torch.cuda.synchronize(s.gpu)
+
     rss_start = proc_status_mb("VmRSS")
     start = time.perf_counter()
     if system in ("bare", "bare-qa"):
@@ -623,13 +648,24 @@ def run_system(system: str, s: Settings) -> Dict[str, Any]:
     peak_was_reset = reset_peak_rss()
     warm = warmup_texts(texts)
     runner(warm)
+    synchronize()
+    gpu: Dict[str, Any] = {}
+    if s.gpu >= 0:
+        gpu["gpu_loaded_mb"] = round(torch.cuda.memory_allocated(s.gpu) / 2**20, 1)
+        torch.cuda.reset_peak_memory_stats(s.gpu)
     runs = []
     for _ in range(s.repeats):
+        synchronize()
         start = time.perf_counter()
         checks = runner(texts)
+        synchronize()
         runs.append(time.perf_counter() - start)
     peak = proc_status_mb("VmHWM")
+    if s.gpu >= 0:
+        gpu["gpu_name"] = torch.cuda.get_device_name(s.gpu)
+        gpu["gpu_peak_mb"] = round(torch.cuda.max_memory_allocated(s.gpu) / 2**20, 1)
     return {
+        **gpu,
         "seconds": min(runs),
         "seconds_per_repeat": runs,
         "docs": len(texts),
@@ -729,6 +765,8 @@ def ratios(systems: Dict[str, Dict[str, Any]]) -> Dict[str, float]:
 
 def default_output(s: Settings, systems: List[str]) -> Path:
     name = f"speed_{s.workload}_{s.precision}_t{s.threads}_mbt{s.max_batch_tokens}"
+    if s.gpu >= 0:
+        name = f"gpu_{name}"
     if list(systems) != list(SYSTEMS):
         name += "_" + "+".join(systems)
     return RESULTS / f"{name}.json"
@@ -756,6 +794,8 @@ def main(
     repeats: int = typer.Option(1, help="Timed runs per system (the fastest is kept)"),
     timeout: int = typer.Option(1800, help="Seconds allowed to each system"),
     output: Optional[Path] = typer.Option(None, help="JSON results (default bench/results/...)"),
+    gpu: int = typer.Option(-1, help="CUDA device every system runs on (-1: the CPU)"),
+    data: Path = typer.Option(DEFAULT_DATA, help="The datasets folder (../shared/datasets)"),
     system: Optional[str] = typer.Option(None, hidden=True, help="Run one system (internal)"),
     result_file: Optional[Path] = typer.Option(None, hidden=True, help="(internal)"),
 ) -> None:
@@ -770,6 +810,8 @@ def main(
         max_length=max_length,
         stride=stride,
         repeats=repeats,
+        gpu=gpu,
+        data=str(data),
     )
     if system is not None:  # the child: one system, result to a file
         try:
@@ -787,11 +829,15 @@ def main(
     unknown = sorted(set(chosen) - set(SYSTEMS))
     if unknown:
         raise typer.BadParameter(f"Unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
-    texts = load_texts(s.workload, s.limit)
+    texts = load_texts(s.workload, s.limit, data)
     n_words = count_words(texts)
     typer.echo(f"{s.workload}: {len(texts)} texts, {n_words} words (spaCy tokens)", err=True)
     started = time.time()
     info = {"machine": machine(), "versions": versions()}
+    if s.gpu >= 0:
+        import torch
+
+        info["machine"]["gpu"] = torch.cuda.get_device_name(s.gpu)
     results: Dict[str, Dict[str, Any]] = {}
     for name in chosen:
         typer.echo(f"  {name} ...", err=True)

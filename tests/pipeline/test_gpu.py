@@ -5,7 +5,14 @@ from typing import Iterator
 
 import pytest
 import spacy
-from conftest import SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from conftest import (
+    NER_TEXTS,
+    SMALL_ENCODER,
+    TRAIN_TEXTS,
+    loader_config,
+    ner_examples,
+    textcat_examples,
+)
 from spacy.language import Language
 
 pytestmark = pytest.mark.gpu
@@ -52,3 +59,59 @@ def test_gpu_to_disk_loads_on_cpu(tiny_bert: Path, tmp_path: Path, gpu: None) ->
     for a, b in zip(on_gpu, on_cpu):
         for label in a:
             assert a[label] == pytest.approx(b[label], abs=1e-4)
+
+
+def test_ner_trains_on_gpu_and_loads_on_cpu(tiny_bert: Path, tmp_path: Path, gpu: None) -> None:
+    """bert_ner with case embeddings: trained on the GPU, it tags its training
+    texts, and a copy loaded on the CPU gives the same entities and confidences."""
+    from test_ner import ents, make_nlp
+
+    nlp = make_nlp(tiny_bert, model={"encoder": {**SMALL_ENCODER, "case_embeddings": True}})
+    examples = ner_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    for _ in range(60):
+        nlp.update(examples, sgd=optimizer)
+    texts = [t for t, _ in NER_TEXTS] + ["", "John Smith is in Paris . " * 40]
+    on_gpu = [(ents(d), [e._.bert_ner_score for e in d.ents]) for d in nlp.pipe(texts)]
+    for (text, gold), (found, _) in zip(NER_TEXTS, on_gpu):
+        assert found == gold, text
+    nlp.to_disk(tmp_path / "ner")
+    spacy.require_cpu()
+    loaded = spacy.load(tmp_path / "ner")
+    on_cpu = [(ents(d), [e._.bert_ner_score for e in d.ents]) for d in loaded.pipe(texts)]
+    for (e1, s1), (e2, s2) in zip(on_gpu, on_cpu):
+        assert e1 == e2
+        assert s1 == pytest.approx(s2, abs=1e-4)
+
+
+def test_qa_trains_on_gpu_and_loads_on_cpu(tiny_bert: Path, tmp_path: Path, gpu: None) -> None:
+    """bert_qa with null answers and case embeddings: trained on the GPU, it answers
+    its training questions, reads a long context whole, and a copy loaded on the
+    CPU gives the same answers, offsets and scores."""
+    from test_qa import QA_DATA, QUESTIONS, best, make_nlp, qa_examples
+
+    nlp = make_nlp(
+        tiny_bert,
+        handle_impossible_answer=True,
+        questions=QUESTIONS,
+        model={"encoder": {**SMALL_ENCODER, "case_embeddings": True}},
+    )
+    examples = qa_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 3e-3
+    for _ in range(80):
+        nlp.update(examples, sgd=optimizer)
+    for text, asked in QA_DATA:
+        assert best(nlp(text)) == {k: a or "" for k, (_, a) in asked.items()}, text
+    long_text = "hello world " * 300 + "john smith is in paris"
+    texts = [t for t, _ in QA_DATA] + ["", long_text]
+    on_gpu = [d._.answers for d in nlp.pipe(texts)]
+    assert {a["key"] for a in on_gpu[-1]} == set(QUESTIONS)
+    nlp.to_disk(tmp_path / "qa")
+    spacy.require_cpu()
+    on_cpu = [d._.answers for d in spacy.load(tmp_path / "qa").pipe(texts)]
+    for a, b in zip(on_gpu, on_cpu):
+        keys = ("key", "text", "start", "end")
+        assert [tuple(x[k] for k in keys) for x in a] == [tuple(x[k] for k in keys) for x in b]
+        assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], abs=1e-4)
