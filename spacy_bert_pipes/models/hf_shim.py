@@ -411,18 +411,22 @@ class HFShim(Shim):
         def backprop(d_hidden: Any) -> None:
             # d_hidden: (batch, length, width)
             grad = xp2torch(d_hidden, device=hidden.device)
+            # fp16: scale the loss gradient so small values survive the half-precision
+            # backward. The parameters' .grad accumulate over every batch of the step
+            # (a forward runs one backprop per transformer batch, and gradients may be
+            # accumulated over updates), all at the same scale: they are unscaled once,
+            # in finish_update. Unscaling here would divide the gradients already
+            # accumulated from earlier batches by the scale again.
             grad = self._grad_scaler.scale([grad], inplace=True)[0]
             torch.autograd.backward(hidden, grad_tensors=grad)
-            grads = [p.grad for p in module.parameters() if p.grad is not None]
-            if self._grad_scaler.unscale(grads):
-                for g in grads:
-                    g.zero_()
 
         return torch2xp(hidden.detach()), backprop
 
     def finish_update(self, optimizer: Optimizer) -> None:
-        skip = self._grad_scaler.found_inf
         params = [(name, p) for name, p in self.module.named_parameters() if p.grad is not None]
+        # Unscale the accumulated gradients once (a no-op unless fp16); inf/NaN skips the step.
+        self._grad_scaler.unscale([p.grad for _, p in params])
+        skip = self._grad_scaler.found_inf
         if not skip and params:
             if fused_adam_applies(optimizer, params):
                 fused_adam(optimizer, [((self.id, name), p) for name, p in params])

@@ -11,7 +11,7 @@ import spacy
 import srsly
 import torch
 from safetensors.torch import load as load_safetensors
-from thinc.api import SGD, Adam, RAdam, warmup_linear
+from thinc.api import SGD, Adam, RAdam, fix_random_seed, warmup_linear
 from transformers import BertModel, BertTokenizer
 
 from spacy_bert_pipes.models.encoder import BertEncoder
@@ -169,6 +169,46 @@ def test_finish_update_changes_only_trainable_weights(tiny_bert, docs):
             assert not changed, name  # frozen, or no gradient (pooler)
         else:
             assert changed, name
+
+
+def test_loss_scaling_unscales_a_steps_gradients_once(tiny_bert, docs, monkeypatch):
+    """fp16 scales the gradient entering each transformer batch's backward. A step
+    of several batches adds their parameter gradients up at that one scale, and
+    they are unscaled once before the optimizer: the update equals the unscaled
+    one. (Unscaling after every batch divided the earlier batches' gradients by
+    the scale again, so only the last batch trained the encoder.)"""
+    from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
+
+    def scale_on_cpu(self, tensor, per_device, inplace):  # the scaler refuses CPU tensors
+        return tensor.mul_(self._scale) if inplace else tensor * self._scale
+
+    monkeypatch.setattr(PyTorchGradScaler, "_scale_tensor", scale_on_cpu)
+    gradients = []
+    for scaled in (False, True):
+        # A small batch budget: the three docs' windows run as several batches.
+        encoder = make_encoder(tiny_bert, max_length=16, stride=4, max_batch_tokens=48)
+        shim = encoder.shims[0]
+        shim._grad_scaler = PyTorchGradScaler(enabled=scaled)
+        fix_random_seed(0)  # the same dropout in both runs
+        with mock.patch.object(shim, "begin_update", wraps=shim.begin_update) as spy:
+            encodings, backprop = encoder.begin_update(docs)
+        assert spy.call_count > 1  # the case that went wrong: several batches a step
+        ones = numpy.ones_like
+        backprop([DocEncodingGrad(ones(e.cls), ones(e.wordpieces)) for e in encodings])
+        seen = {}
+
+        def optimizer(key, weights, gradient, seen=seen):  # records what it is given
+            seen[key[1]] = gradient.copy()
+            return weights, gradient
+
+        encoder.finish_update(optimizer)
+        assert not shim._grad_scaler.found_inf
+        gradients.append(seen)
+    plain, unscaled = gradients
+    assert plain.keys() == unscaled.keys() and len(plain) > 10
+    for name, gradient in plain.items():
+        tolerance = 1e-6 * float(numpy.abs(gradient).max())
+        numpy.testing.assert_allclose(unscaled[name], gradient, rtol=1e-4, atol=tolerance)
 
 
 def test_use_params_swaps_in_averages_and_restores(tiny_bert, docs):
