@@ -161,10 +161,10 @@ def score_qa(
     tp = fp = fn = 0
     for eg in examples:
         gold = eg.reference._.gold_answers or {}
-        answers = getattr(eg.predicted._, top_k_key) or []
+        given = getattr(eg.predicted._, top_k_key) or []
         if component is not None:
-            answers = answers_of(answers, component)
-        predicted = _top_answers(answers)
+            given = answers_of(given, component)
+        predicted = _top_answers(given)
         for key, answers in gold.items():
             prediction = predicted.get(key, "")
             # As the official script: references that normalize to nothing
