@@ -67,34 +67,9 @@ def BertEncoder(
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
 
     The weights arrive in `initialize`, through the component's `encoder_loader`.
-
-    max_length (int): Wordpieces per window, including [CLS] and [SEP]. At most the
-        model's position limit (512 for BERT).
-    stride (int): Wordpieces shared by consecutive windows of a long text.
-    max_batch_tokens (int): Padded wordpieces per transformer batch; windows of many
-        docs are sorted by length and packed under this budget.
-    precision (str): "fp32"; autocast to "bf16" / "fp16" (fp16 with loss scaling, GPU
-        only; bf16 is fast on GPUs and on CPUs with AMX / AVX-512 BF16, slow on
-        other CPUs); "int8": train in fp32, predict on the CPU with dynamically
-        quantized int8 linear layers; "auto": bf16 where the device has fast bf16
-        (see `hf_shim.cpu_has_fast_bf16`), fp32 elsewhere.
-    frozen_layers (Union[int, str]): 0 fine-tunes everything; k freezes the embeddings
-        and the bottom k layers; "all" freezes the encoder (feature-based).
-    hidden_layers (str): "last" layer, or the sum or concatenation of the last four
-        layers (the BERT paper's feature-based setups; concatenation is 4x wider).
-    context (str): What BERT sees around each wordpiece. "doc": the whole text, in
-        windows of max_length. "sentence": each sentence apart (`doc.sents`, from a
-        parser, senter or sentencizer earlier in the pipeline; a doc without
-        sentence boundaries is one sentence), so a sentence gets the same vectors
-        alone or inside any document: what a model trained on sentences (CoNLL)
-        expects. The [CLS] vector is then the mean over the doc's sentences.
-    case_embeddings (bool): Add a learned vector for each wordpiece's casing (lower,
-        Title, UPPER, mixed, none; from the original characters) to its input
-        embedding. The vectors start at zero, so the pretrained encoder is unchanged
-        until training moves them: this lets an uncased encoder (the default one)
-        see capitals inside the transformer, where they can interact with context
-        (names for NER). Trained even when `frozen_layers` freezes the embeddings;
-        not with frozen_layers = "all", where they would stay zero.
+    Each setting (max_length, stride, max_batch_tokens, precision, frozen_layers,
+    hidden_layers, context, case_embeddings) is documented once, in the encoder's
+    table in docs/components.md.
     """
     from .hf_shim import HFShim
 
