@@ -38,6 +38,7 @@ from spacy.training.converters import json_to_docs
 from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
 from spacy.vocab import Vocab
 
+from .io.errors import ConversionError
 from .pipeline.common import ensure_qa_extensions
 
 # Label fields found without `label_column`: one label, or several.
@@ -60,21 +61,6 @@ NER_SUFFIXES = {
 AUTO_SPANS_FIELDS = ("entities", "spans")
 
 NerFileFormat = Literal["auto", "conll", "jsonl", "json"]
-
-
-class ConversionError(ValueError):
-    """A problem with the input data, located by file and line (or record)."""
-
-    def __init__(self, location: str, message: str) -> None:
-        """Initialize the error.
-
-        location (str): Where the problem is, e.g. "train.csv:12" or
-            "fold0.json:record 3"; a bare path for a whole-file problem.
-        message (str): What is wrong, naming the offending value.
-        """
-        self.location = location
-        self.message = message
-        super().__init__(f"{location}: {message}")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 text collection, then hand the encoder to any component's config.
 
 `pretrain` reads the texts of a CSV, JSONL or Parquet file or a folder of
-`.txt` files (with `annotate.read_input`), holds out a seeded sample of them,
+`.txt` files (with `io.readers.read_input`), holds out a seeded sample of them,
 cuts the rest into windows of at most `max_length` wordpieces and trains with
 BERT's masking (`models.mlm.mask_tokens`: 15% of the wordpieces chosen, of
 those 80% masked, 10% replaced by a random wordpiece, 10% kept). Batches are
@@ -34,7 +34,6 @@ output.
 
 import json
 import math
-import os
 import re
 import shutil
 import sys
@@ -45,8 +44,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Optional, 
 
 import numpy
 
-from .annotate import InputFormat, input_format_for, read_input
-from .convert import ConversionError
+from .io import durable
+from .io.errors import ConversionError
+from .io.readers import InputFormat, input_format_for, read_input
 from .models.loaders import DEFAULT_ENCODER
 
 if TYPE_CHECKING:  # torch is imported when a run starts, not with this module
@@ -199,7 +199,7 @@ class TextCollection:
 
 def read_texts(path: Path, settings: PretrainSettings) -> TextCollection:
     """Read the texts to pretrain on. Rows that cannot be read (see
-    `annotate.read_input`) and blank texts are skipped and counted.
+    `io.readers.read_input`) and blank texts are skipped and counted.
 
     path (Path): The input file or folder.
     settings (PretrainSettings): The input format and columns.
@@ -430,7 +430,7 @@ def pretrain(
     seconds += run_seconds
     loss_after = evaluate(step)
     encoder_path = output_dir / ENCODER_DIR
-    _replace_dir(encoder_path, trainer.save_encoder)
+    durable.replace_dir(encoder_path, trainer.save_encoder)
     summary = PretrainSummary(
         output_dir=output_dir,
         encoder_path=encoder_path,
@@ -588,7 +588,8 @@ def _differences(earlier: Dict[str, Any], now: Dict[str, Any]) -> str:
 
 def _clear(output_dir: Path) -> None:
     """Remove what a run writes into the output folder (and nothing else)."""
-    for name in (CHECKPOINTS_DIR, ENCODER_DIR, ENCODER_DIR + ".tmp"):
+    leftovers = (ENCODER_DIR + durable.TMP_SUFFIX, ENCODER_DIR + durable.OLD_SUFFIX)
+    for name in (CHECKPOINTS_DIR, ENCODER_DIR, *leftovers):
         if (output_dir / name).exists():
             shutil.rmtree(output_dir / name)
     for name in (SETTINGS_NAME, LOG_NAME, METRICS_NAME):
@@ -611,17 +612,15 @@ def _latest_checkpoint(checkpoints: Path) -> Optional[Path]:
 def _save_checkpoint(
     trainer: "MLMTrainer", checkpoints: Path, state: Dict[str, Any], keep: int
 ) -> None:
-    """Write a checkpoint under a temporary name and rename it into place (the
-    state file, written last, marks it complete); drop the oldest beyond `keep`."""
-    final = checkpoints / f"step-{state['step']}"
-    tmp = checkpoints / f"step-{state['step']}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    trainer.save_checkpoint(tmp)
-    _write_json(tmp / STATE_NAME, state)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    """Write a checkpoint durably under a temporary name and rename it into
+    place (the state file, written last, marks it complete); drop the oldest
+    beyond `keep`."""
+
+    def write(tmp: Path) -> None:
+        trainer.save_checkpoint(tmp)
+        _write_json(tmp / STATE_NAME, state)
+
+    durable.replace_dir(checkpoints / f"step-{state['step']}", write)
     done = sorted(
         (int(m[1]), p)
         for p in checkpoints.iterdir()
@@ -629,16 +628,6 @@ def _save_checkpoint(
     )
     for _, path in done[:-keep]:
         shutil.rmtree(path)
-
-
-def _replace_dir(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    write(tmp)
-    if path.exists():
-        shutil.rmtree(path)
-    os.replace(tmp, path)
 
 
 def _append_log(output_dir: Path, entry: Dict[str, Any]) -> None:
@@ -653,13 +642,11 @@ def _truncate_log(output_dir: Path, step: int) -> None:
         return
     lines = path.read_text(encoding="utf8").splitlines()
     kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf8")
+    durable.write_text(path, "".join(line + "\n" for line in kept))
 
 
 def _write_json(path: Path, data: Dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf8")
-    os.replace(tmp, path)
+    durable.write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def _perplexity(loss: Optional[float]) -> Optional[float]:

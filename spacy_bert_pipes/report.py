@@ -25,7 +25,6 @@ answering); a pipeline with several components has several sections.
 """
 
 import base64
-import csv
 import html
 import json
 import re
@@ -37,7 +36,6 @@ from typing import (
     Callable,
     Dict,
     Iterable,
-    Iterator,
     List,
     Optional,
     Sequence,
@@ -45,7 +43,8 @@ from typing import (
     Union,
 )
 
-from .annotate import OUTPUT_COLUMNS, errors_path_for, is_sharded_output
+from .io.errors import ConversionError
+from .io.output import errors_path_for, read_error_records, read_output_rows
 from .scorers import normalize_answer
 
 PLOTS_EXTRA = "pip install 'spacy-bert-pipes[plots]'  (or: pip install matplotlib)"
@@ -339,30 +338,18 @@ def read_collection(
     if not path.exists():
         raise ReportError(f"{path}: no such file or folder")
     collection = Collection(path.stem, path)
-    if is_sharded_output(path):
-        rows = _parquet_output_rows(path, sorted(path.rglob("*.parquet")))
-    elif path.suffix.lower() == ".jsonl":
-        rows = _jsonl_output_rows(path)
-    elif path.suffix.lower() == ".csv":
-        rows = _csv_output_rows(path)
-    elif path.suffix.lower() == ".parquet":
-        rows = _parquet_output_rows(path, [path])
-    else:
-        raise ReportError(
-            f"{path}: not an output of bert-pipes annotate (expected .jsonl, .csv, "
-            ".parquet or a folder of Parquet shards)"
-        )
-    for where, row in rows:
-        collection.add(row, where)
     errors_path = errors_path_for(path)
-    if errors_path.is_file():
-        collection.errors_path = errors_path
-        for where, record in _jsonl_records(errors_path):
-            if not isinstance(record, dict) or "reason" not in record:
-                raise ReportError(f"{where}: not an error record of bert-pipes annotate")
-            collection.error_rows += 1
-            if len(collection.first_errors) < MAX_ERROR_REASONS:
-                collection.first_errors.append(record)
+    try:
+        for where, row in read_output_rows(path):
+            collection.add(row, where)
+        if errors_path.is_file():
+            collection.errors_path = errors_path
+            for _, record in read_error_records(errors_path):
+                collection.error_rows += 1
+                if len(collection.first_errors) < MAX_ERROR_REASONS:
+                    collection.first_errors.append(record)
+    except ConversionError as err:  # not an output of annotate: the file and line say where
+        raise ReportError(str(err)) from err
     timing_path = path.with_name(f"{path.stem}{TIME_SUFFIX}")
     timing = (timings or {}).get(timing_path.stem)
     if timing is None and timing_path.is_file():
@@ -370,107 +357,6 @@ def read_collection(
     if isinstance(timing, dict):
         collection.timing = timing
     return collection
-
-
-def _jsonl_records(path: Path) -> Iterator[Tuple[str, Any]]:
-    """("file:line", record) per non-blank line of a JSONL file, one at a time."""
-    try:
-        with path.open("rb") as file_:
-            for number, line in enumerate(file_, 1):
-                if line.strip():
-                    try:
-                        yield f"{path}:{number}", json.loads(line)
-                    except ValueError as err:  # not JSON, or not UTF-8
-                        raise ReportError(f"{path}:{number}: not JSON ({err})") from err
-    except OSError as err:
-        raise ReportError(f"{path}: {err}") from err
-
-
-def _jsonl_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    for where, record in _jsonl_records(path):
-        if not isinstance(record, dict):
-            raise ReportError(f"{where}: not a JSON object: {_show(record)}")
-        missing = [c for c in OUTPUT_COLUMNS if c not in record]
-        if missing:
-            raise ReportError(
-                f"{where}: a row without {', '.join(map(json.dumps, missing))} (not an output "
-                f"of bert-pipes annotate, whose rows have {', '.join(OUTPUT_COLUMNS)})"
-            )
-        yield where, record
-
-
-def _csv_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    # Entities and answers of a long doc can pass the csv module's default
-    # limit of 131,072 characters per field.
-    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
-    try:
-        with path.open(encoding="utf8", newline="") as file_:
-            reader = csv.reader(file_)
-            header: Optional[List[str]] = None
-            while True:
-                number = reader.line_num + 1
-                try:
-                    cells = next(reader)
-                except StopIteration:
-                    break
-                except (csv.Error, UnicodeDecodeError) as err:
-                    raise ReportError(f"{path}:{number}: {err}") from err
-                if not cells:
-                    continue
-                where = f"{path}:{number}"
-                if header is None:
-                    header = cells
-                    _check_columns(where, header)
-                    continue
-                if len(cells) != len(header):
-                    raise ReportError(f"{where}: {len(cells)} cells, the header has {len(header)}")
-                yield where, _json_cells(dict(zip(header, cells)), where)
-    except OSError as err:
-        raise ReportError(f"{path}: {err}") from err
-
-
-def _parquet_output_rows(path: Path, shards: List[Path]) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    import pyarrow
-    import pyarrow.parquet as pq
-
-    if not shards:
-        raise ReportError(f"{path}: no .parquet files (expected the shards of bert-pipes annotate)")
-    for shard in shards:
-        try:
-            file_ = pq.ParquetFile(shard)
-            _check_columns(str(shard), file_.schema_arrow.names)
-            number = 0
-            for batch in file_.iter_batches(batch_size=1024, columns=list(OUTPUT_COLUMNS)):
-                for row in batch.to_pylist():
-                    where = f"{shard}:row {number}"
-                    number += 1
-                    yield where, _json_cells(row, where)
-        except (pyarrow.ArrowException, OSError) as err:
-            raise ReportError(f"{shard}: not a readable Parquet file ({err})") from err
-
-
-def _check_columns(where: str, names: List[str]) -> None:
-    missing = [c for c in OUTPUT_COLUMNS if c not in names]
-    if missing:
-        raise ReportError(
-            f"{where}: no column {', '.join(map(repr, missing))}: not an output of bert-pipes "
-            f"annotate, whose columns are {', '.join(OUTPUT_COLUMNS)} "
-            f"(found {', '.join(map(repr, names))})"
-        )
-
-
-def _json_cells(row: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """A CSV or Parquet row with its JSON text cells (cats, entities, answers) parsed."""
-    if row["id"] is None:
-        return row  # Collection.add says what is wrong
-    for column in OUTPUT_COLUMNS[1:]:
-        try:
-            row[column] = json.loads(row[column])
-        except (TypeError, ValueError) as err:
-            raise ReportError(
-                f"{where}: {column} is not JSON text ({err}): {_show(row[column])}"
-            ) from err
-    return row
 
 
 def _is_number(value: Any) -> bool:

@@ -10,13 +10,12 @@ from ..annotate import (
     DEFAULT_MAX_LENGTH,
     AnnotateError,
     AnnotateOptions,
-    InputFormat,
     load_pipeline,
     prepare_run,
-    read_questions_file,
     run_annotation,
 )
-from ..convert import ConversionError
+from ..io.errors import ConversionError
+from ..io.readers import InputFormat, read_questions_file
 from ..util import Precision
 
 # `cli/__init__.py` defines `app` before it imports this module.
@@ -182,7 +181,7 @@ def annotate_cli(
                 f"chunk{'s' if n_done != 1 else ''} of {chunk_size} rows already done"
             )
         if engine == "ray":
-            from ..annotate_ray import run_annotation_ray
+            from ..annotate.ray import run_annotation_ray
 
             summary = run_annotation_ray(
                 run,

@@ -11,7 +11,6 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..convert import (
-    ConversionError,
     NerFileFormat,
     nluplusplus_labels,
     read_labels_file,
@@ -23,6 +22,7 @@ from ..convert import (
     rows_to_docs,
     write_docbin,
 )
+from ..io.errors import ConversionError
 
 # `cli/__init__.py` defines `app` before it imports this module.
 from . import app

@@ -5,8 +5,8 @@ from typing import Literal, NoReturn, Optional
 
 import typer
 
-from ..annotate import InputFormat
-from ..convert import ConversionError
+from ..io.errors import ConversionError
+from ..io.readers import InputFormat
 from ..models.loaders import DEFAULT_ENCODER
 from ..pretrain import PretrainError, PretrainPrecision, PretrainSettings, pretrain
 

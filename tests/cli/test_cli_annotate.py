@@ -12,11 +12,10 @@ from typing import Callable, Dict, List
 import pytest
 import spacy
 import torch
-from test_annotate import TEXTS, read_output, save_tiny_pipeline
+from annotate_helpers import TEXTS, read_output, save_tiny_pipeline
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.annotate import (
-    TEST_SLEEP_ENV,
     AnnotateOptions,
     annotate,
     prepare_run,
@@ -120,12 +119,35 @@ def test_other_settings_refuse_unless_overwrite(pipeline: str, tmp_path: Path) -
     assert len(read_output(output)) == len(TEXTS)
 
 
+# `bert-pipes annotate` with every durable write slowed down: it sleeps before
+# renaming a written file into place (so OUTPUT.tmp exists a while) and after
+# (so a committed part stays the newest a while), giving a test time to kill it
+# at a known step. argv: SECONDS, then the command's arguments.
+SLOW_ANNOTATE = """
+import sys, time
+from spacy_bert_pipes.io import durable
+from spacy_bert_pipes.cli import app
+
+seconds = float(sys.argv[1])
+write_file = durable.write_file
+
+def slow_write_file(path, write):
+    def write_slowly(tmp):
+        write(tmp)
+        time.sleep(seconds)
+    write_file(path, write_slowly)
+    time.sleep(seconds)
+
+durable.write_file = slow_write_file
+app(["annotate", *sys.argv[2:]], prog_name="bert-pipes")
+"""
+
+
 def start(args: List[str], log: Path, sleep: float = 0.0) -> "subprocess.Popen[bytes]":
+    """Run `bert-pipes annotate ARGS` in a new process, each durable write
+    slowed down by `sleep` seconds (see SLOW_ANNOTATE)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop(TEST_SLEEP_ENV, None)
-    if sleep:
-        env[TEST_SLEEP_ENV] = str(sleep)
-    command = [sys.executable, "-m", "spacy_bert_pipes", "annotate", *args]
+    command = [sys.executable, "-c", SLOW_ANNOTATE, str(sleep), *args]
     with log.open("ab") as file_:
         return subprocess.Popen(command, env=env, stdout=file_, stderr=subprocess.STDOUT)
 

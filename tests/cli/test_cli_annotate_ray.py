@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_annotate import TEXTS, save_tiny_pipeline
+from annotate_helpers import TEXTS, save_tiny_pipeline
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app

@@ -1,59 +1,37 @@
-"""Batch annotation (spacy_bert_pipes.annotate) with a tiny saved pipeline:
-formats, row schema, error rows, resuming and its manifest."""
+"""Batch annotation with the local engine (spacy_bert_pipes.annotate) and a tiny
+saved pipeline: formats, row schema, error rows, resuming and its manifest."""
 
-import csv
-import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import spacy
 import torch
-from conftest import NER_TEXTS, SMALL_ENCODER, loader_config
+from annotate_helpers import (
+    IDS,
+    TEXTS,
+    read_errors,
+    read_output,
+    run,
+    save_tiny_pipeline,
+    write_input,
+)
 from spacy.language import Language
-from spacy.training import Example
 
 from spacy_bert_pipes.annotate import (
     AnnotateError,
     AnnotateOptions,
-    annotate,
     doc_to_row,
     load_pipeline,
     prepare_run,
     read_input,
     run_annotation,
 )
-from spacy_bert_pipes.convert import ConversionError
+from spacy_bert_pipes.io.errors import ConversionError
 from spacy_bert_pipes.memory import KERNEL_CACHE_CAPACITY
 
 torch.set_num_threads(1)
-
-TEXTS = ["john smith is in paris", "my card not working", "", "hello world", "apple in london"]
-IDS = ["a", "b", "c", "d", "e"]
-
-
-def save_tiny_pipeline(path: Path, tiny_bert: Path, qa: bool = True) -> Path:
-    """bert_textcat and bert_ner (and bert_qa), each on its own tiny encoder,
-    initialized (not trained) and saved."""
-    nlp = spacy.blank("en")
-    for name in ("bert_textcat", "bert_ner") + (("bert_qa",) if qa else ()):
-        model: Dict[str, Any] = {"encoder": SMALL_ENCODER}
-        if name == "bert_qa":
-            model.update(max_seq_len=24, doc_stride=4, max_question_len=8)
-        nlp.add_pipe(name, config={"model": model})
-        nlp.config["initialize"]["components"][name] = loader_config(tiny_bert)
-    cats = {"card": 1.0, "other": 0.0}
-    examples = [
-        Example.from_dict(nlp.make_doc(text), {"entities": ents, "cats": cats})
-        for text, ents in NER_TEXTS
-    ]
-    nlp.initialize(lambda: examples)
-    nlp.to_disk(path)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -64,54 +42,6 @@ def pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def nlp(pipeline: str) -> Language:
     return spacy.load(pipeline)
-
-
-def write_input(folder: Path, fmt: str, records: List[Dict[str, Any]]) -> Path:
-    """The records as a CSV, JSONL or Parquet file, or a folder of .txt files
-    (named by id)."""
-    if fmt == "txt":
-        path = folder / "docs"
-        for record in records:
-            (path / record["id"]).parent.mkdir(parents=True, exist_ok=True)
-            (path / record["id"]).write_text(record["text"], encoding="utf8")
-        return path
-    path = folder / f"input.{fmt}"
-    if fmt == "jsonl":
-        lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in records]
-        path.write_text("".join(lines), encoding="utf8")
-    elif fmt == "csv":
-        with path.open("w", encoding="utf8", newline="") as file_:
-            writer = csv.DictWriter(file_, fieldnames=list(records[0]))
-            writer.writeheader()
-            writer.writerows(records)
-    else:
-        pq.write_table(pa.Table.from_pylist(records), path, row_group_size=2)
-    return path
-
-
-def read_output(path: Path) -> List[Dict[str, Any]]:
-    """The output rows, with the JSON strings of CSV and Parquet decoded."""
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text(encoding="utf8").splitlines()]
-    if path.suffix == ".csv":
-        rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf8"))))
-    else:
-        rows = pq.read_table(path).to_pylist()
-    return [{k: v if k == "id" else json.loads(v) for k, v in row.items()} for row in rows]
-
-
-def read_errors(output: Path) -> List[Dict[str, Any]]:
-    errors = output.with_name(output.name + ".errors.jsonl").read_text(encoding="utf8")
-    return [json.loads(line) for line in errors.splitlines()]
-
-
-def run(pipeline: str, input_path: Path, output: Path, **options: Any) -> Any:
-    summary = annotate(pipeline, input_path, output, AnnotateOptions(**options))
-    assert summary.input_rows == summary.output_rows + summary.error_rows
-    assert len(read_output(output)) == summary.output_rows
-    assert len(read_errors(output)) == summary.error_rows
-    assert not output.with_name(output.name + ".parts").exists()
-    return summary
 
 
 @pytest.mark.parametrize("input_format", ["csv", "jsonl", "parquet", "txt"])
@@ -152,17 +82,6 @@ def test_output_rows(pipeline: str, tmp_path: Path) -> None:
     # The same docs straight through the pipeline give the same rows.
     direct = [doc_to_row(doc, i) for doc, i in zip(spacy.load(pipeline).pipe(TEXTS), IDS)]
     assert json.loads(json.dumps(direct)) == rows
-
-
-def test_doc_to_row_without_classifier_or_scores() -> None:
-    nlp = spacy.blank("en")
-    doc = nlp("Angela Merkel")
-    doc.ents = [doc.char_span(0, 13, label="PER")]
-    row = doc_to_row(doc, "x")
-    assert row["cats"] is None and row["answers"] == []
-    assert row["entities"] == [
-        {"text": "Angela Merkel", "label": "PER", "start": 0, "end": 13, "score": None}
-    ]
 
 
 def test_ids_default_to_row_numbers(pipeline: str, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -35,24 +35,14 @@ import spacy
 from spacy.language import Language
 from thinc.api import Config
 
-from .annotate import (
-    AnnotateError,
-    AnnotateOptions,
-    AnnotateRun,
-    AnnotateSummary,
-    InputRow,
-    _annotate_chunk,
-    _checked_chunks,
-    _commit_rows,
-    _count_lines,
-    _finish,
-    _progress_bar,
-    _start_parts,
-    error_row,
-    load_pipeline,
-    prepare_run,
-)
-from .memory import bound_kernel_caches
+from ..io.output import error_row
+from ..io.rows import InputRow
+from ..memory import bound_kernel_caches
+from .chunks import annotate_chunk, checked_chunks
+from .parts import commit_chunk, finish, resumed_error_rows, start_parts
+from .prepare import load_pipeline, prepare_run
+from .progress import progress_bar
+from .types import AnnotateError, AnnotateOptions, AnnotateRun, AnnotateSummary
 
 INSTALL_HINT = "pip install 'spacy-bert-pipes[ray]'"
 
@@ -224,14 +214,12 @@ def _run(
     n_chunks = 0
     pending: Dict[int, _Pending] = {}
     blocks = []
-    _start_parts(run)
+    start_parts(run)
 
     def commit(index: int, outputs: List[Dict[str, Any]], errors: List[Dict[str, Any]]) -> None:
         nonlocal error_rows, committed_rows
         errors = sorted(errors, key=lambda error: error["row"])  # input order, as in a chunk
-        # The errors first: the part file, committed last, marks the chunk done.
-        _commit_rows(run.part_errors_path(index), errors, "jsonl")
-        _commit_rows(run.part_path(index), outputs, run.output_format)
+        commit_chunk(run, index, outputs, errors)
         error_rows += len(errors)
         committed_rows += len(outputs) + len(errors)
         if bar is not None:
@@ -242,11 +230,11 @@ def _run(
     # The driver reads and checks every row, as the local engine does; the
     # readable rows of each chunk go to the object store as one block.
     bar = None
-    for index, chunk in _checked_chunks(run):
+    for index, chunk in checked_chunks(run.input_path, options):
         n_chunks = index + 1
         input_rows += len(chunk)
         if index in run.done:
-            error_rows += _count_lines(run.part_errors_path(index))
+            error_rows += resumed_error_rows(run, index)
             resumed_rows += len(chunk)
             continue
         good = [row for row in chunk if row.error is None]
@@ -255,7 +243,7 @@ def _run(
         if good:
             blocks.append(ray.put(_block(index, good)))
     if progress:
-        bar = _progress_bar(replace(run, total_rows=input_rows), initial=resumed_rows)
+        bar = progress_bar(input_rows, initial=resumed_rows)
     try:
         for index in [i for i, chunk in pending.items() if chunk.remaining == 0]:
             commit(index, [], pending.pop(index).errors)
@@ -291,7 +279,7 @@ def _run(
     finally:
         if bar is not None:
             bar.close()
-    return _finish(run, n_chunks, input_rows, error_rows)
+    return finish(run, n_chunks, input_rows, error_rows)
 
 
 def _block(index: int, rows: List[InputRow]) -> Any:
@@ -342,7 +330,7 @@ class _ChunkAnnotator:
             rows.setdefault(chunk, []).append(row)
         indices, firsts, outputs, errors = [], [], [], []
         for index, chunk_rows in rows.items():
-            chunk_outputs, chunk_errors = _annotate_chunk(self.nlp, chunk_rows, self.options)
+            chunk_outputs, chunk_errors = annotate_chunk(self.nlp, chunk_rows, self.options)
             indices.append(index)
             firsts.append(chunk_rows[0].number)
             outputs.append(json.dumps(chunk_outputs, ensure_ascii=False))

@@ -1,4 +1,4 @@
-"""The ray engine of batch annotation (spacy_bert_pipes.annotate_ray): the same
+"""The ray engine of batch annotation (spacy_bert_pipes.annotate.ray): the same
 rows and error rows as the local engine, resuming across engines, and the
 sharded Parquet input and output that both engines read and write."""
 
@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from annotate_helpers import read_errors, read_output, run, save_tiny_pipeline
 from conftest import WORDS
-from test_annotate import read_errors, read_output, run, save_tiny_pipeline
 
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, prepare_run
-from spacy_bert_pipes.annotate_ray import annotate_ray, run_annotation_ray
+from spacy_bert_pipes.annotate.ray import annotate_ray, run_annotation_ray
 
 torch.set_num_threads(1)  # as in Ray's actors (OMP_NUM_THREADS=1): the same float sums
 

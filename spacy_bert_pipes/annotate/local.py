@@ -1,0 +1,87 @@
+"""The local engine: the chunks annotated one after the other in this process
+(`nlp.pipe`, with `n_process` processes per chunk), each committed as it is
+done (see `parts`)."""
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from spacy.language import Language
+
+from .chunks import annotate_chunk, checked_chunks
+from .parts import commit_chunk, finish, resumed_error_rows, start_parts
+from .prepare import load_pipeline, prepare_run
+from .progress import progress_bar
+from .types import AnnotateOptions, AnnotateRun, AnnotateSummary
+
+
+def run_annotation(
+    run: AnnotateRun,
+    nlp: Language,
+    *,
+    progress: bool = False,
+    on_chunk: Optional[Callable[[int], None]] = None,
+) -> AnnotateSummary:
+    """Annotate the chunks not done yet, then write OUTPUT and
+    OUTPUT.errors.jsonl from the parts and delete `OUTPUT.parts`.
+
+    run (AnnotateRun): The prepared run (see `prepare_run`).
+    nlp (Language): The pipeline (see `load_pipeline`).
+    progress (bool): Show a progress bar (stderr) over the rows.
+    on_chunk (Optional[Callable[[int], None]]): Called after each chunk it
+        annotates with the number of input rows read so far.
+    RETURNS (AnnotateSummary): Row counts.
+    """
+    bar = None
+    input_rows = error_rows = resumed_rows = 0
+    n_chunks = 0
+    start_parts(run)
+    try:
+        for index, chunk in checked_chunks(run.input_path, run.options):
+            n_chunks = index + 1
+            input_rows += len(chunk)
+            if index in run.done:
+                error_rows += resumed_error_rows(run, index)
+                resumed_rows += len(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+                continue
+            if bar is None and progress:
+                bar = progress_bar(run.total_rows, initial=resumed_rows)
+            outputs, errors = annotate_chunk(nlp, chunk, run.options)
+            commit_chunk(run, index, outputs, errors)
+            error_rows += len(errors)
+            if bar is not None:
+                bar.update(len(chunk))
+            if on_chunk is not None:
+                on_chunk(input_rows)
+    finally:
+        if bar is not None:
+            bar.close()
+    return finish(run, n_chunks, input_rows, error_rows)
+
+
+def annotate(
+    pipeline: str,
+    input_path: Path,
+    output_path: Path,
+    options: AnnotateOptions = AnnotateOptions(),
+    *,
+    progress: bool = False,
+    on_chunk: Optional[Callable[[int], None]] = None,
+) -> AnnotateSummary:
+    """Annotate a collection with a pipeline: `prepare_run`, `load_pipeline`
+    and `run_annotation` in one call. Resumes an unfinished run of the same
+    settings.
+
+    pipeline (str): A folder saved with `nlp.to_disk`, or a package name.
+    input_path (Path): A .csv, .jsonl or .parquet file, or a folder of .txt files.
+    output_path (Path): A .jsonl, .csv or .parquet file to write.
+    options (AnnotateOptions): The settings.
+    progress (bool): Show a progress bar.
+    on_chunk (Optional[Callable[[int], None]]): See `run_annotation`.
+    RETURNS (AnnotateSummary): Row counts.
+    """
+    run = prepare_run(pipeline, input_path, output_path, options)
+    return run_annotation(
+        run, load_pipeline(pipeline, options), progress=progress, on_chunk=on_chunk
+    )

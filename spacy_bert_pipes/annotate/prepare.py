@@ -1,0 +1,102 @@
+"""Preparing a run, before anything is written: the settings and input are
+checked, the committed chunks of an unfinished run found (`prepare_run`),
+and the pipeline loaded and checked against the settings (`load_pipeline`)."""
+
+from pathlib import Path
+
+from spacy.language import Language
+
+from ..io import durable
+from ..io.output import OUTPUT_SUFFIXES, OutputFormat, is_sharded_output
+from ..io.readers import count_rows, input_format_for
+from ..memory import bound_kernel_caches
+from ..util import load_pipeline as load_with_precision
+from .chunks import read_rows
+from .manifest import make_manifest
+from .parts import committed_chunks
+from .types import PARTS_SUFFIX, AnnotateError, AnnotateOptions, AnnotateRun
+
+
+def output_format_for(path: Path) -> OutputFormat:
+    """The output format, by the output file's suffix (.jsonl, .csv, .parquet);
+    a folder of Parquet shards (see `is_sharded_output`) is "parquet"."""
+    if is_sharded_output(path):
+        return "parquet"
+    suffix = Path(path).suffix.lower()
+    if suffix not in OUTPUT_SUFFIXES:
+        raise AnnotateError(
+            f"{path}: unknown output type {suffix!r}: expected .jsonl, .csv or .parquet, "
+            "or a folder (a path without a suffix) for Parquet shards"
+        )
+    return OUTPUT_SUFFIXES[suffix]
+
+
+def prepare_run(
+    pipeline: str, input_path: Path, output_path: Path, options: AnnotateOptions
+) -> AnnotateRun:
+    """Check the input and the settings, and find the chunks that an unfinished
+    run with the same input and settings committed to `OUTPUT.parts`. Fails
+    fast, before a pipeline is loaded and before anything is written: a
+    missing column, an unknown format or an unfinished run with other settings
+    (unless `options.overwrite`) raise.
+
+    pipeline (str): The pipeline's folder or package name (for the manifest).
+    input_path (Path): The input file or folder.
+    output_path (Path): The output file (.jsonl, .csv or .parquet), or a folder
+        for Parquet shards.
+    options (AnnotateOptions): The settings.
+    RETURNS (AnnotateRun): The run, ready for an engine (`run_annotation`).
+    """
+    input_path, output_path = Path(input_path), Path(output_path)
+    if options.chunk_size < 1 or options.batch_size < 1 or options.max_length < 1:
+        raise AnnotateError("chunk_size, batch_size and max_length must be at least 1")
+    output_format = output_format_for(output_path)
+    input_format = input_format_for(input_path, options.input_format)
+    if output_path.resolve() == input_path.resolve():
+        raise AnnotateError(f"{output_path}: the output would overwrite the input")
+    read_rows(input_path, options)  # checks the columns now
+    total_rows = count_rows(input_path, input_format)
+    manifest = make_manifest(pipeline, input_path, input_format, output_format, options)
+    parts_dir = durable.sibling(output_path, PARTS_SUFFIX)
+    done = committed_chunks(parts_dir, manifest, output_format, options.overwrite)
+    return AnnotateRun(
+        input_path=input_path,
+        input_format=input_format,
+        output_path=output_path,
+        output_format=output_format,
+        parts_dir=parts_dir,
+        options=options,
+        manifest=manifest,
+        done=frozenset(done),
+        total_rows=total_rows,
+        # A folder left as OUTPUT.tmp: a run killed while swapping its OUTPUT folder.
+        sharded=is_sharded_output(output_path)
+        or durable.sibling(output_path, durable.TMP_SUFFIX).is_dir(),
+    )
+
+
+def load_pipeline(pipeline: str, options: AnnotateOptions) -> Language:
+    """Load a pipeline and check that it can do what the options ask.
+
+    pipeline (str): A folder saved with `nlp.to_disk`, or a package name.
+    options (AnnotateOptions): The settings (questions need a bert_qa; a
+        precision needs a bert encoder).
+    RETURNS (Language): The pipeline, its max_length set to the options'.
+    """
+    # Before any kernel runs: a collection's many batch shapes would otherwise
+    # fill the CPU kernel caches, growing RSS by hundreds of MB (see `memory`).
+    bound_kernel_caches()
+    try:
+        nlp = load_with_precision(pipeline, precision=options.precision)
+    except ValueError as err:  # a precision, but no bert encoder to set it on
+        raise AnnotateError(str(err)) from None
+    if (options.questions or options.questions_column) and "bert_qa" not in set(
+        nlp.pipe_factories.values()
+    ):
+        raise AnnotateError(
+            f"questions were given, but the pipeline {pipeline} has no bert_qa component "
+            f"to answer them (its components: {', '.join(nlp.pipe_names) or 'none'})"
+        )
+    # Long texts are checked against options.max_length in the run, as error rows.
+    nlp.max_length = max(nlp.max_length, options.max_length)
+    return nlp

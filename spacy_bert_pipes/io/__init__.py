@@ -1,0 +1,39 @@
+"""The collection formats: reading inputs, writing and reading back outputs.
+
+errors.py    `ConversionError(location, message)`: the error for bad data.
+rows.py      `InputRow` and the checks of a row's raw values.
+readers.py   the input readers: CSV, JSONL, Parquet, folders of .txt or .parquet.
+output.py    the output format of `annotate`: rows, writers and readers.
+durable.py   atomic, fsynced writes of files and folders (one policy for all).
+"""
+
+from .errors import ConversionError
+from .output import (
+    OUTPUT_COLUMNS,
+    OutputFormat,
+    doc_to_row,
+    error_row,
+    errors_path_for,
+    is_sharded_output,
+    read_error_records,
+    read_output_rows,
+)
+from .readers import InputFormat, input_format_for, read_input, read_questions_file
+from .rows import InputRow
+
+__all__ = [
+    "OUTPUT_COLUMNS",
+    "ConversionError",
+    "InputFormat",
+    "InputRow",
+    "OutputFormat",
+    "doc_to_row",
+    "error_row",
+    "errors_path_for",
+    "input_format_for",
+    "is_sharded_output",
+    "read_error_records",
+    "read_input",
+    "read_output_rows",
+    "read_questions_file",
+]
