@@ -13,6 +13,7 @@ encoder they listen to.
 """
 
 import configparser
+import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
@@ -128,11 +129,14 @@ def _load_folder(folder: Path, overrides: Dict[str, Any]) -> Language:
     if not meta_path.is_file():
         raise PipelineLoadError(folder, None, meta_path, _NOT_A_PIPELINE)
     try:
-        meta = srsly.read_json(meta_path)
+        json.loads(meta_path.read_text(encoding="utf8"))
     except ValueError as err:  # JSON and UnicodeDecodeError
         raise PipelineLoadError(folder, None, meta_path, f"not valid JSON ({err})") from err
-    if not isinstance(meta, dict):
-        raise PipelineLoadError(folder, None, meta_path, "not a JSON object")
+    try:
+        # as spacy.load reads it: checks "lang" and "name", warns about spaCy versions
+        meta = spacy.util.load_meta(meta_path)
+    except ValueError as err:
+        raise PipelineLoadError(folder, None, meta_path, str(err)) from err
     config_path = folder / "config.cfg"
     dotted = spacy.util.dict_to_dot(overrides, for_overrides=True)
     try:

@@ -125,6 +125,13 @@ CASES: Dict[str, Tuple[Callable[[Path], None], str, Optional[str], Optional[str]
     "broken_config_cfg": (broken_config, "config.cfg", None, "config.cfg", "at line 5"),
     "garbled_config_cfg": (garble, "config.cfg", None, "config.cfg", "UTF-8"),
     "garbled_meta_json": (garble, "meta.json", None, "meta.json", "JSON"),
+    "meta_json_without_lang": (
+        lambda p: p.write_text('{"name": "x"}', encoding="utf8"),
+        "meta.json",
+        None,
+        "meta.json",
+        "'lang'",
+    ),
 }
 
 
