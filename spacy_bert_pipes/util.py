@@ -22,7 +22,7 @@ import srsly
 from confection import ConfigValidationError
 from spacy.language import Language
 
-from .models.serial import DamagedEncoderError, one_line
+from .models.serial import DamagedEncoderError, check_saved_tokenizers, one_line
 from .models.types import Precision
 
 T = TypeVar("T")
@@ -154,12 +154,24 @@ def _load_folder(folder: Path, overrides: Dict[str, Any]) -> Language:
     for name in own_files:
         component_path = folder / name
         try:
+            if nlp.get_pipe_meta(name).factory in UNCHECKED_FACTORIES:
+                _check_before_loading(component_path / "model")
             component: Any = nlp.get_pipe(name)  # any component with files of its own
             component.from_disk(component_path, exclude=["vocab"])
         except Exception as err:  # msgpack, safetensors, torch, tokenizers: all damage
             file, reason = _broken_file(component_path, err)
             raise PipelineLoadError(folder, name, file, reason) from err
     return nlp
+
+
+# Components of other packages whose loading writes saved tokenizer file names
+# unchecked (spacy-transformers' `transformer`): checked here first.
+UNCHECKED_FACTORIES = ("transformer",)
+
+
+def _check_before_loading(model_path: Path) -> None:
+    if model_path.is_file():  # spacy-transformers also reads a folder of HF files
+        check_saved_tokenizers(model_path.read_bytes())
 
 
 _NOT_A_PIPELINE = "missing: not a spaCy pipeline folder (one saved with nlp.to_disk)"

@@ -4,10 +4,17 @@ A pipeline folder is input like any other: `spacy.load` (and every Ray worker)
 reads the encoder's serialized tokenizer files, their names and their settings
 from it. Nothing read from those bytes may pick a path on this machine.
 No torch here: the pipeline loader imports these to name a damaged file.
+
+Our encoder checks its own bytes (`HFShim.from_bytes`); `check_saved_tokenizers`
+checks, before they load, the bytes of spacy-transformers' `transformer`
+components, whose loader writes each saved tokenizer file name it finds into a
+temporary folder unchecked and passes saved arguments to `from_pretrained`.
 """
 
 import os
-from typing import Optional
+from typing import Any, Optional
+
+import srsly
 
 # Tokenizer settings that name a file to open. Saved tokenizers never carry them
 # (`save_pretrained` drops them; the files are found by name in the folder), but
@@ -70,3 +77,36 @@ def without_file_settings(settings: dict) -> dict:
     (e.g. "vocab_file": "/etc/passwd"): the tokenizer files are read from the
     folder they were written to, by their own names."""
     return {k: v for k, v in settings.items() if not str(k).endswith(_FILE_SETTING_SUFFIXES)}
+
+
+# The only saved tokenizer argument spacy-transformers writes.
+_TRF_TOKENIZER_KWARGS = {"use_fast"}
+
+
+def check_saved_tokenizers(model_bytes: bytes) -> None:
+    """Check the tokenizer files that the shims inside a thinc model's bytes
+    would write when loaded: every name a plain file name, and no saved
+    `from_pretrained` arguments but `use_fast` (no `trust_remote_code`).
+
+    model_bytes (bytes): A component's `model` file (thinc `Model.to_bytes`).
+    RAISES (DamagedEncoderError): A name or argument is refused.
+    RAISES (ValueError): The bytes are not msgpack.
+    """
+    msg = srsly.msgpack_loads(model_bytes)
+    for node_shims in msg.get("shims", []) if isinstance(msg, dict) else []:
+        for shim_bytes in node_shims:
+            shim: Any = srsly.msgpack_loads(shim_bytes) if isinstance(shim_bytes, bytes) else None
+            files = shim.get("tokenizer") if isinstance(shim, dict) else None
+            if not isinstance(files, dict):
+                continue
+            for name, value in files.items():
+                if name == "kwargs":
+                    keys = set(value) if isinstance(value, dict) else None
+                    if keys is None or keys - _TRF_TOKENIZER_KWARGS:
+                        raise DamagedEncoderError(
+                            "tokenizer",
+                            f"refusing the saved tokenizer arguments {value!r}: only "
+                            f"{sorted(_TRF_TOKENIZER_KWARGS)} may be saved",
+                        )
+                else:
+                    safe_file_name(name)

@@ -123,3 +123,63 @@ def test_tokenizer_config_cannot_point_at_files(
     original = spacy.load(saved_pipeline)
     text = "my card still not arrived"
     assert nlp(text).cats == original(text).cats
+
+
+@pytest.fixture(scope="module")
+def trf_pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A spacy-transformers `transformer` pipe with a bert_textcat listening to it."""
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-transformers.TransformerModel.v3",
+        "name": str(tiny_bert),
+        "get_spans": {
+            "@span_getters": "spacy-transformers.strided_spans.v1",
+            "window": 16,
+            "stride": 12,
+        },
+    }
+    nlp.add_pipe("transformer", config={"model": model})
+    encoder = {"@architectures": "spacy-bert-pipes.TrfListenerEncoder.v1"}
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": encoder}})
+    nlp.initialize(lambda: textcat_examples(nlp))
+    path = tmp_path_factory.mktemp("trf") / "pipe"
+    nlp.to_disk(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"../climbed.txt": b"x"},
+        {"/abs/evil.txt": b"x"},
+        {"kwargs": {"use_fast": True, "trust_remote_code": True}},
+    ],
+    ids=["climbing", "absolute", "remote_code"],
+)
+def test_load_pipeline_checks_spacy_transformers_tokenizers(
+    trf_pipeline: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Dict[str, Any]
+) -> None:
+    """spacy-transformers writes saved tokenizer names unchecked; load_pipeline
+    checks them before its `transformer` component loads."""
+    from spacy_bert_pipes.util import PipelineLoadError, load_pipeline
+
+    pipe = copy_pipeline(trf_pipeline, tmp_path / "pipe")
+    temp_root = tmp_path / "temp"
+    temp_root.mkdir()
+
+    def craft(msg: Dict[str, Any]) -> None:
+        msg["tokenizer"] = {**msg["tokenizer"], **change}
+
+    rewrite_encoder(pipe / "transformer" / "model", craft, key="tokenizer")
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_root))
+    before = files_under(tmp_path)
+    with pytest.raises(PipelineLoadError, match="component 'transformer'.*refusing the saved"):
+        load_pipeline(pipe)
+    assert files_under(tmp_path) == before
+
+
+def test_intact_spacy_transformers_pipeline_loads(trf_pipeline: Path) -> None:
+    from spacy_bert_pipes.util import load_pipeline
+
+    text = "my card still not arrived"
+    assert load_pipeline(trf_pipeline)(text).cats == spacy.load(trf_pipeline)(text).cats
