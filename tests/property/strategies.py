@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 # checkout); no per-example deadline (the first call of a tokenizer or of
 # spaCy's blank pipeline is slow).
 PROPERTY = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,
     derandomize=True,
     database=None,
