@@ -89,7 +89,8 @@ def doc_vector(doc: Doc, column: VectorColumn) -> List[float]:
             f"[{column.width}] as the pipeline's other doc vectors: the width changed "
             "between docs"
         )
-    values = vector.astype(column.dtype)
+    with numpy.errstate(over="ignore"):  # beyond float16: inf, an error row below
+        values = vector.astype(column.dtype)
     bad = numpy.flatnonzero(~numpy.isfinite(values))
     if bad.size:
         first = ", ".join(str(i) for i in bad[:5]) + (", ..." if bad.size > 5 else "")
