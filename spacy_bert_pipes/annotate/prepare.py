@@ -77,7 +77,9 @@ def prepare_run(
 
 
 def check_vectors_options(options: AnnotateOptions, output_path: Path, output_format: str) -> None:
-    """Vectors go to JSONL or Parquet, as float32 or float16."""
+    """Vectors go to JSONL or Parquet, as float32 or float16, from one process
+    per pipeline (spaCy's `n_process` workers send docs back without their
+    `user_hooks`, so `doc.vector` would silently fall back to another vector)."""
     if options.vectors_dtype not in VECTORS_DTYPES:
         raise AnnotateError(
             f"unknown vectors dtype {options.vectors_dtype!r}: expected "
@@ -88,6 +90,12 @@ def check_vectors_options(options: AnnotateOptions, output_path: Path, output_fo
             f"{output_path}: --vectors needs a .jsonl or .parquet OUTPUT (or a folder "
             "of Parquet shards): a CSV cell cannot hold a vector but as text hundreds "
             "of numbers long"
+        )
+    if options.vectors and options.n_process > 1:
+        raise AnnotateError(
+            "--vectors needs --n-process 1: spaCy's worker processes send docs back "
+            "without doc.user_hooks, so doc.vector would not be the pipeline's; for "
+            "parallel runs use --engine ray (each actor runs the whole pipeline)"
         )
 
 

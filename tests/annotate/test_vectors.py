@@ -228,6 +228,9 @@ def test_csv_and_unknown_dtypes_are_refused(pipeline: str, tmp_path: Path) -> No
     bad = AnnotateOptions(vectors=True, vectors_dtype="float64")  # type: ignore[arg-type]
     with pytest.raises(AnnotateError, match="unknown vectors dtype 'float64'"):
         prepare_run(pipeline, input_path, tmp_path / "out.jsonl", bad)
+    two = AnnotateOptions(vectors=True, n_process=2)
+    with pytest.raises(AnnotateError, match="--vectors needs --n-process 1: spaCy's worker"):
+        prepare_run(pipeline, input_path, tmp_path / "out.jsonl", two)
     # Without --vectors, CSV output is as before.
     run(pipeline, input_path, tmp_path / "plain.csv")
 
