@@ -160,7 +160,7 @@ def write_rows(
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        pq.write_table(_arrow_table(rows, vectors), path)
+        pq.write_table(_arrow_table(rows, vectors), path, use_dictionary=_dictionary(vectors))
         return
     with path.open("wb") as file_:
         if fmt == "jsonl":
@@ -183,7 +183,8 @@ def concatenate(
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        with pq.ParquetWriter(path, _arrow_table([], vectors).schema) as writer:
+        schema = _arrow_table([], vectors).schema
+        with pq.ParquetWriter(path, schema, use_dictionary=_dictionary(vectors)) as writer:
             for part in parts:
                 table = pq.read_table(part)
                 if table.num_rows:
@@ -210,6 +211,13 @@ def link_shards(folder: Path, parts: List[Path]) -> None:
             os.link(part, folder / part.name)
         except OSError:  # another file system, or no hard links
             shutil.copyfile(part, folder / part.name)
+
+
+def _dictionary(vectors: Optional[VectorColumn]) -> Any:
+    """Parquet's dictionary encoding, for the text columns only: a vector's
+    values rarely repeat, and a dictionary page of them made a float32 column
+    40% larger (2,165 against 1,542 bytes a row of 384 values)."""
+    return True if vectors is None else list(OUTPUT_COLUMNS)
 
 
 def _json_line(record: Dict[str, Any], vectors: Optional[VectorColumn] = None) -> bytes:
