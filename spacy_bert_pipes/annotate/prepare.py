@@ -14,7 +14,7 @@ from ..util import load_pipeline as load_with_precision
 from .chunks import read_rows
 from .manifest import make_manifest
 from .parts import committed_chunks
-from .types import PARTS_SUFFIX, AnnotateError, AnnotateOptions, AnnotateRun
+from .types import PARTS_SUFFIX, VECTORS_DTYPES, AnnotateError, AnnotateOptions, AnnotateRun
 
 
 def output_format_for(path: Path) -> OutputFormat:
@@ -51,6 +51,7 @@ def prepare_run(
     if options.chunk_size < 1 or options.batch_size < 1 or options.max_length < 1:
         raise AnnotateError("chunk_size, batch_size and max_length must be at least 1")
     output_format = output_format_for(output_path)
+    check_vectors_options(options, output_path, output_format)
     input_format = input_format_for(input_path, options.input_format)
     if output_path.resolve() == input_path.resolve():
         raise AnnotateError(f"{output_path}: the output would overwrite the input")
@@ -73,6 +74,29 @@ def prepare_run(
         sharded=is_sharded_output(output_path)
         or durable.sibling(output_path, durable.TMP_SUFFIX).is_dir(),
     )
+
+
+def check_vectors_options(options: AnnotateOptions, output_path: Path, output_format: str) -> None:
+    """Vectors go to JSONL or Parquet, as float32 or float16, from one process
+    per pipeline (spaCy's `n_process` workers send docs back without their
+    `user_hooks`, so `doc.vector` would silently fall back to another vector)."""
+    if options.vectors_dtype not in VECTORS_DTYPES:
+        raise AnnotateError(
+            f"unknown vectors dtype {options.vectors_dtype!r}: expected "
+            + " or ".join(VECTORS_DTYPES)
+        )
+    if options.vectors and output_format == "csv":
+        raise AnnotateError(
+            f"{output_path}: --vectors needs a .jsonl or .parquet OUTPUT (or a folder "
+            "of Parquet shards): a CSV cell cannot hold a vector but as text hundreds "
+            "of numbers long"
+        )
+    if options.vectors and options.n_process > 1:
+        raise AnnotateError(
+            "--vectors needs --n-process 1: spaCy's worker processes send docs back "
+            "without doc.user_hooks, so doc.vector would not be the pipeline's; for "
+            "parallel runs use --engine ray (each actor runs the whole pipeline)"
+        )
 
 
 def load_pipeline(pipeline: str, options: AnnotateOptions) -> Language:

@@ -35,7 +35,7 @@ import spacy
 from spacy.language import Language
 from thinc.api import Config
 
-from ..io.output import error_row
+from ..io.output import VectorColumn, error_row
 from ..io.rows import InputRow
 from ..memory import bound_kernel_caches
 from .chunks import annotate_chunk, checked_chunks
@@ -43,6 +43,7 @@ from .parts import commit_chunk, finish, resumed_error_rows, start_parts
 from .prepare import load_pipeline, prepare_run
 from .progress import progress_bar
 from .types import AnnotateError, AnnotateOptions, AnnotateRun, AnnotateSummary
+from .vectors import with_vectors
 
 INSTALL_HINT = "pip install 'spacy-bert-pipes[ray]'"
 
@@ -105,6 +106,7 @@ def run_annotation_ray(
     if workers < 1 or cpus_per_worker <= 0 or gpus_per_worker < 0:
         raise AnnotateError("workers and cpus_per_worker must be positive, gpus_per_worker >= 0")
     nlp = load_pipeline(pipeline, options)  # fails here, not in the actors
+    run = with_vectors(run, nlp)  # the width of the vector column, or an error now
     config, data = nlp.config.to_str(), nlp.to_bytes()
     del nlp
     started = not ray.is_initialized()
@@ -250,7 +252,11 @@ def _run(
         if blocks:
             annotated = ray.data.from_arrow_refs(blocks).map_batches(
                 _ChunkAnnotator,
-                fn_constructor_kwargs={"pipeline": pipeline, "options": options},
+                fn_constructor_kwargs={
+                    "pipeline": pipeline,
+                    "options": options,
+                    "vectors": run.vectors,
+                },
                 batch_size=None,  # a whole block, that is, a whole chunk
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(size=workers),
@@ -305,7 +311,9 @@ class _ChunkAnnotator:
     number of its first row, and the JSON of its output rows and of its error
     records."""
 
-    def __init__(self, pipeline: _Pipeline, options: AnnotateOptions) -> None:
+    def __init__(
+        self, pipeline: _Pipeline, options: AnnotateOptions, vectors: Optional[VectorColumn] = None
+    ) -> None:
         import ray
 
         # An actor on a cluster does not inherit the driver's environment.
@@ -318,6 +326,7 @@ class _ChunkAnnotator:
         self.nlp = nlp.from_bytes(ray.get(pipeline.data))
         self.nlp.max_length = max(self.nlp.max_length, options.max_length)
         self.options = options
+        self.vectors = vectors
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
@@ -330,7 +339,9 @@ class _ChunkAnnotator:
             rows.setdefault(chunk, []).append(row)
         indices, firsts, outputs, errors = [], [], [], []
         for index, chunk_rows in rows.items():
-            chunk_outputs, chunk_errors = annotate_chunk(self.nlp, chunk_rows, self.options)
+            chunk_outputs, chunk_errors = annotate_chunk(
+                self.nlp, chunk_rows, self.options, self.vectors
+            )
             indices.append(index)
             firsts.append(chunk_rows[0].number)
             outputs.append(json.dumps(chunk_outputs, ensure_ascii=False))
