@@ -38,6 +38,7 @@ from ..models.loaders import resolve_source
 from ..models.pooling import Pooling, pool, pool_doc, read_pooling
 from ..models.types import DocEncoding
 from .common import ensure_encoding_extension
+from .encoder import BertEncoderPipe
 
 PoolingMode = Literal["cls", "max", "mean", "mean_sqrt_len"]
 
@@ -136,17 +137,18 @@ class BertVectors:
                 f"[{self.name}] initialize needs `nlp` (to find the bert_encoder's checkpoint) "
                 "or a `checkpoint`"
             )
-        for _, pipe in nlp.pipeline:
-            model = getattr(pipe, "model", None)
-            if getattr(pipe, "factory_name", None) == "bert_encoder" or (
-                model is not None and model.name == "bert_encoder"
-            ):
-                source = str(model.attrs.get("source", "")) if model is not None else ""
+        # the doc._.bert_encoding this component reads is the last one written before it
+        names = nlp.pipe_names
+        before = names[: names.index(self.name)] if self.name in names else names
+        for name in reversed(before):
+            pipe = nlp.get_pipe(name)
+            if isinstance(pipe, BertEncoderPipe):
+                source = str(pipe.model.attrs.get("source", ""))
                 if source:
                     return source
         raise ValueError(
-            f"[{self.name}] found no bert_encoder with a known checkpoint in the pipeline: add "
-            "one before this component, or set [initialize.components."
+            f"[{self.name}] found no bert_encoder with a known checkpoint before it in the "
+            "pipeline: add one before this component, or set [initialize.components."
             f"{self.name}] checkpoint"
         )
 
