@@ -105,3 +105,16 @@ def test_search_by_row_leaves_the_row_out(tmp_path: Path, collection: numpy.ndar
         index.row("nope")
     with pytest.raises(ValueError, match="width 3, the vectors of .* have 24"):
         index.search(numpy.ones((1, 3), "f"))
+
+
+def test_search_leaves_faiss_threads_as_they_were(
+    tmp_path: Path, collection: numpy.ndarray
+) -> None:
+    import faiss
+
+    ids = [f"doc{i}" for i in range(len(collection))]
+    index = VectorIndex(read_vectors(write_parquet(tmp_path / "v.parquet", ids, collection)))
+    before = faiss.omp_get_max_threads()
+    index.search(collection[:1], k=2)
+    index.search(collection[:40], k=2)
+    assert faiss.omp_get_max_threads() == before
