@@ -89,6 +89,7 @@ class BertVectors:
         self.name = name
         # the settings as configured; None: from the checkpoint in initialize
         self.cfg: Dict[str, Any] = {"pooling": pooling, "normalize": normalize, "recipe": None}
+        self._hooks: Optional[VectorHooks] = None
         if pooling is not None and normalize is not None:
             self._set_recipe(Pooling(tuple(pooling), normalize))
 
@@ -159,10 +160,9 @@ class BertVectors:
                 f"[{self.name}] doc has no doc._.{ENCODING_ATTR}: a bert_encoder component "
                 f"must run before {self.name} (doc starts {doc.text[:40]!r})"
             )
-        recipe = self.recipe
-        if not hasattr(self, "_hooks"):
-            self._hooks = VectorHooks(recipe)
-        doc.user_data[DOC_VECTOR_KEY] = to_numpy(pool_doc(encoding, recipe))
+        if self._hooks is None:
+            self._hooks = VectorHooks(self.recipe)  # a clear error without a recipe
+        doc.user_data[DOC_VECTOR_KEY] = to_numpy(pool_doc(encoding, self._hooks.recipe))
         doc.user_data.pop(TOKENS_KEY, None)
         self._hooks.install(doc)
         return doc
