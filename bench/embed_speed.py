@@ -80,6 +80,25 @@ def main(
         return st.encode(texts, batch_size=32)
 
     results: Dict[str, Any] = {}
+
+    def write() -> None:  # after each workload, so a cut-off run keeps what it measured
+        import sentence_transformers
+
+        result = {
+            "command": " ".join(["python", *sys.argv]),
+            "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
+            "threads": threads,
+            "versions": {
+                "torch": torch.__version__,
+                "sentence_transformers": sentence_transformers.__version__,
+                "spacy": spacy.__version__,
+            },
+            "settings": {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens},
+            "workloads": results,
+        }
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
+
     for name, texts in workloads(data, queries, paragraphs, st.tokenizer).items():
         n_pieces = sum(len(i) for i in st.tokenizer(texts)["input_ids"])
         run_ours(texts[:64])
@@ -101,22 +120,7 @@ def main(
             "min_cosine_first_200": round(float(cos), 6),
         }
         print(name, json.dumps(results[name]), flush=True)
-    import sentence_transformers
-
-    result = {
-        "command": " ".join(["python", *sys.argv]),
-        "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
-        "threads": threads,
-        "versions": {
-            "torch": torch.__version__,
-            "sentence_transformers": sentence_transformers.__version__,
-            "spacy": spacy.__version__,
-        },
-        "settings": {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens},
-        "workloads": results,
-    }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
+        write()
 
 
 if __name__ == "__main__":

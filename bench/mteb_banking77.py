@@ -149,6 +149,33 @@ def main(
     n_used = len(set().union(*experiments))
     print(f"{len(used)} train queries ({n_used} used) + {len(test_texts)} test")
     systems: Dict[str, Any] = {}
+
+    def write() -> Dict[str, Any]:  # after each system, so a cut-off run keeps its results
+        result: Dict[str, Any] = {
+            "command": " ".join(["python", *sys.argv]),
+            "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
+            "threads": threads,
+            "protocol": {
+                "n_experiments": N_EXPERIMENTS,
+                "samples_per_label": SAMPLES_PER_LABEL,
+                "seed": SEED,
+                "classifier": f"LogisticRegression(max_iter={MAX_ITER}, random_state={SEED})",
+                "metric": "accuracy, mean over experiments",
+                "source": "mteb 2.26.24 abstasks/classification.py",
+            },
+            "published_all_minilm_l6_v2": PUBLISHED,
+            "systems": systems,
+        }
+        if "fp32" in systems:
+            result["fp32_minus_published"] = round(systems["fp32"]["accuracy"] - PUBLISHED, 2)
+            if "bf16" in systems:
+                result["bf16_minus_fp32"] = round(
+                    systems["bf16"]["accuracy"] - systems["fp32"]["accuracy"], 2
+                )
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
+        return result
+
     runs = [(p, lambda p=p: ours(texts, p)) for p in precision.split(",")]
     if with_reference:
         runs.append(("sentence-transformers", lambda: reference(texts)))
@@ -162,33 +189,11 @@ def main(
             "embed_seconds": round(seconds, 1),
         }
         print(name, systems[name]["accuracy"], f"({seconds:.0f} s to embed)", flush=True)
+        write()
         if vectors_dir is not None and name == "fp32":
             save_vectors(vectors_dir, "train", train, train_labels)
             save_vectors(vectors_dir, "test", test, test_labels)
-    result = {
-        "command": " ".join(["python", *sys.argv]),
-        "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
-        "threads": threads,
-        "protocol": {
-            "n_experiments": N_EXPERIMENTS,
-            "samples_per_label": SAMPLES_PER_LABEL,
-            "seed": SEED,
-            "classifier": f"LogisticRegression(max_iter={MAX_ITER}, random_state={SEED})",
-            "metric": "accuracy, mean over experiments",
-            "source": "mteb 2.26.24 abstasks/classification.py",
-        },
-        "published_all_minilm_l6_v2": PUBLISHED,
-        "systems": systems,
-    }
-    if "fp32" in systems:
-        result["fp32_minus_published"] = round(systems["fp32"]["accuracy"] - PUBLISHED, 2)
-        if "bf16" in systems:
-            result["bf16_minus_fp32"] = round(
-                systems["bf16"]["accuracy"] - systems["fp32"]["accuracy"], 2
-            )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
-    print(json.dumps({k: v for k, v in result.items() if k != "systems"}, indent=2))
+    print(json.dumps({k: v for k, v in write().items() if k != "systems"}, indent=2))
 
 
 if __name__ == "__main__":
