@@ -5,7 +5,7 @@ import typer
 app = typer.Typer(
     name="bert-pipes",
     help="BERT components for spaCy: convert data, pretrain, evaluate, report, assemble "
-    "pipelines and annotate collections.",
+    "pipelines, annotate collections and search their vectors.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -19,6 +19,7 @@ from . import (  # noqa: E402,F401
     explain,
     pretrain,
     report,
+    similar,
 )
 
 __all__ = ["app"]

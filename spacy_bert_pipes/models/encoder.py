@@ -293,18 +293,21 @@ def forward(
     encodings = []
     for segs in doc_segments:
         merged = [_merge_windows(xp, hidden, seg, size) for seg in segs]
+        seps = [_sep_vector(xp, hidden, seg) for seg in segs]
         if len(segs) == 1:
             cls, wordpieces = merged[0]
+            sep = seps[0]
             offsets = segs[0].pieces.offsets
         else:
             n_windows = [len(seg.plan.spans) for seg in segs]
             cls = sum(c * n for (c, _), n in zip(merged, n_windows)) / sum(n_windows)
+            sep = sum(s * n for s, n in zip(seps, n_windows)) / sum(n_windows)
             wordpieces = xp.concatenate([w for _, w in merged])
             offsets = cast(
                 Ints2d,
                 numpy.concatenate([seg.pieces.offsets + seg.start_char for seg in segs]),
             )
-        encodings.append(DocEncoding(cls=cls, wordpieces=wordpieces, offsets=offsets))
+        encodings.append(DocEncoding(cls=cls, wordpieces=wordpieces, offsets=offsets, sep=sep))
 
     def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
         d_windows: List[Optional[Floats2d]] = [None] * len(windows)
@@ -347,6 +350,14 @@ def _merge_windows(xp: Any, hidden: List[Floats2d], seg: _Segment, size: int) ->
     # +1 skips the window's [CLS]
     stacked = xp.stack([h[1 : 1 + size] for h in _padded(xp, seg_hidden, size)])
     return cls, stacked[xp.asarray(plan.owner), xp.asarray(plan.position)]
+
+
+def _sep_vector(xp: Any, hidden: List[Floats2d], seg: _Segment) -> Any:
+    """A segment's final [SEP] vector, the mean over its windows (for pooling)."""
+    w0, n_windows = seg.first_window, len(seg.plan.spans)
+    if n_windows == 1:
+        return hidden[w0][-1]
+    return xp.stack([hidden[w0 + w][-1] for w in range(n_windows)]).mean(0)
 
 
 def _padded(xp: Any, windows: List[Floats2d], size: int) -> List[Floats2d]:

@@ -19,22 +19,35 @@ class DocEncoding:
         window where that wordpiece has the most context on both sides. (n_pieces, width)
     offsets (Ints2d): Character offsets of each wordpiece in `doc.text`, end exclusive.
         (n_pieces, 2)
+    sep (Optional[Floats1d]): The final [SEP] vector, averaged like `cls`: with
+        `cls` and `wordpieces` it makes up every position sentence-transformers'
+        mean pooling averages (see `models/pooling.py`). None from encoders that do
+        not record it. (width,)
     """
 
     cls: Floats1d
     wordpieces: Floats2d
     offsets: Ints2d
+    sep: Optional[Floats1d] = None
 
     @property
     def width(self) -> int:
         return int(self.cls.shape[0])
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"cls": self.cls, "wordpieces": self.wordpieces, "offsets": self.offsets}
+        msg = {"cls": self.cls, "wordpieces": self.wordpieces, "offsets": self.offsets}
+        if self.sep is not None:
+            msg["sep"] = self.sep
+        return msg
 
     @classmethod
     def from_dict(cls, msg: Dict[str, Any]) -> "DocEncoding":
-        return cls(cls=msg["cls"], wordpieces=msg["wordpieces"], offsets=msg["offsets"])
+        return cls(
+            cls=msg["cls"],
+            wordpieces=msg["wordpieces"],
+            offsets=msg["offsets"],
+            sep=msg.get("sep"),
+        )
 
 
 # Backprop callback of an encoder: gradients per doc for the [CLS] vector and
