@@ -9,13 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
-WORDS = (
-    "the a an of to in and is was for on with card my i you it this that what how why "
-    "money bank transfer account payment refund pin new top up cash exchange rate "
-    "hello world paris london new york apple google john smith is in city company "
-    "not work working arrive arrived still waiting"
-).split()
+from helpers import WORDS
 
 
 def write_tiny_bert(path: Path, *, num_labels: int = 0, seed: int = 0) -> Path:
