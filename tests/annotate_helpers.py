@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 import pyarrow as pa
 import pyarrow.parquet as pq
 import spacy
-from conftest import NER_TEXTS, SMALL_ENCODER, loader_config
+from helpers import NER_TEXTS, SMALL_ENCODER, loader_config
 from spacy.training import Example
 
 from spacy_bert_pipes.annotate import AnnotateOptions, annotate

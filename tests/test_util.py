@@ -8,7 +8,7 @@ import numpy
 import pytest
 import spacy
 import torch
-from conftest import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
+from helpers import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
 from spacy.training import Example
 
 from spacy_bert_pipes.util import encoder_config_paths, load_pipeline

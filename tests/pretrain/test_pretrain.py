@@ -11,8 +11,7 @@ import numpy
 import pytest
 import spacy
 import torch
-from conftest import SMALL_ENCODER, loader_config, textcat_examples
-from helpers import write_texts
+from helpers import SMALL_ENCODER, loader_config, textcat_examples, write_texts
 from safetensors.torch import load_file
 
 from spacy_bert_pipes.convert import ConversionError
