@@ -16,7 +16,7 @@ from ..annotate import (
 )
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat, read_questions_file
-from ..util import Precision
+from ..loading import Precision
 
 # `cli/__init__.py` defines `app` before it imports this module.
 from . import app

@@ -16,7 +16,7 @@ from ..evaluate import (
     write_predictions,
     write_scores,
 )
-from ..util import Precision, load_pipeline
+from ..loading import Precision, load_pipeline
 
 # `cli/__init__.py` defines `app` before it imports this module.
 from . import app
