@@ -1,9 +1,10 @@
-"""Field helpers every reader shares: files read as UTF-8 text or JSON, the
+"""Field helpers every reader shares: files read as UTF-8 text or JSON (and the
+records of a JSONL file or a JSON list, with their places), the
 fields of a JSON record checked by type, values shown in an error message."""
 
 import json
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, Tuple
 
 from ..io.errors import ConversionError
 
@@ -57,3 +58,32 @@ def show(value: Any, limit: int = 60) -> str:
     """A value as JSON, cut to `limit` characters, for a message."""
     shown = json.dumps(value, ensure_ascii=False)
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def jsonl_records(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """The JSON objects of a JSONL file, each with its place ("path:line");
+    blank lines are skipped."""
+    # Split on "\n" only: str.splitlines also splits on characters that JSON
+    # strings may hold unescaped (e.g. "\u2028"), which would shift line numbers.
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConversionError(where, f"invalid JSON: {err.msg} (column {err.colno})") from None
+        yield where, json_object(record, where)
+
+
+def json_list_records(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """The JSON objects of a file holding a JSON list, each with its place
+    ("path:record n", from 1)."""
+    records = load_json(path)
+    if not isinstance(records, list):
+        raise ConversionError(
+            f"{path}:1", f"expected a JSON list of records, found {json_type(records)}"
+        )
+    for number, record in enumerate(records, start=1):
+        where = f"{path}:record {number}"
+        yield where, json_object(record, where)

@@ -2,7 +2,6 @@
 yields Docs with `doc.ents` set, from CoNLL columns, JSONL texts with
 character offsets, or spaCy v2 JSON."""
 
-import json
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, Union
 
@@ -13,7 +12,7 @@ from spacy.training.iob_utils import biluo_tags_to_spans, iob_to_biluo
 from spacy.vocab import Vocab
 
 from ..io.errors import ConversionError
-from .fields import json_object, json_text, json_type, load_json, read_text, show
+from .fields import json_object, json_text, json_type, jsonl_records, load_json, read_text, show
 
 # A CoNLL line whose first column is this separates two documents.
 CONLL_DOCSTART = "-DOCSTART-"
@@ -127,16 +126,7 @@ def read_entity_jsonl(
     YIELDS (Doc): The Docs, in file order.
     """
     path = Path(path)
-    # Split on "\n" only, as in `_read_jsonl`: line numbers must match an editor's.
-    for number, line in enumerate(read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConversionError(where, f"invalid JSON: {err.msg} (column {err.colno})") from None
-        record = json_object(record, where)
+    for where, record in jsonl_records(path):
         text = json_text(record, text_field, where)
         entities = _json_entities(record, spans_field, len(text), where)
         doc = nlp.make_doc(text)

@@ -11,7 +11,7 @@ from spacy.tokens import Doc
 
 from ..io.errors import ConversionError
 from ..pipeline.common import ensure_qa_extensions
-from .fields import json_object, json_type, load_json, show
+from .fields import json_list_records, json_object, load_json, show
 
 
 def read_squad(
@@ -242,14 +242,7 @@ def _trimmed_answer(text: str, start: int, end: int, stats: Dict[str, int]) -> D
 def _read_restaurant8k(
     path: Path, nlp: Language, questions: Dict[str, str], stats: Dict[str, int]
 ) -> Iterator[Doc]:
-    records = load_json(path)
-    if not isinstance(records, list):
-        raise ConversionError(
-            f"{path}:1", f"expected a JSON list of records, found {json_type(records)}"
-        )
-    for number, record in enumerate(records, start=1):
-        where = f"{path}:record {number}"
-        record = json_object(record, where)
+    for where, record in json_list_records(path):
         user_input = record.get("userInput")
         if not isinstance(user_input, dict):
             raise ConversionError(where, f'expected a "userInput" object, found {show(user_input)}')

@@ -5,7 +5,6 @@ into `TextcatRow`s; `rows_to_docs` turns them into Docs with a score in
 import csv
 import difflib
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -14,7 +13,14 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..io.errors import ConversionError
-from .fields import json_object, json_text, json_type, load_json, read_text, show
+from .fields import (
+    json_list_records,
+    json_text,
+    jsonl_records,
+    load_json,
+    read_text,
+    show,
+)
 
 # Label fields found without `label_column`: one label, or several.
 AUTO_LABEL_COLUMNS = ("label", "labels")
@@ -88,14 +94,7 @@ def read_nluplusplus(folder: Path, folds: Sequence[int]) -> Iterator[TextcatRow]
             raise ConversionError(
                 str(path), f"no such fold file; {folder} has: {', '.join(found) or 'none'}"
             )
-        records = load_json(path)
-        if not isinstance(records, list):
-            raise ConversionError(
-                f"{path}:1", f"expected a JSON list of records, found {json_type(records)}"
-            )
-        for number, record in enumerate(records, start=1):
-            where = f"{path}:record {number}"
-            record = json_object(record, where)
+        for where, record in json_list_records(path):
             text = json_text(record, "text", where)
             if "intents" in record:
                 labels = _json_labels(record["intents"], "intents", where)
@@ -220,17 +219,7 @@ def _read_csv(path: Path, text_column: str, label_column: Optional[str]) -> Iter
 
 
 def _read_jsonl(path: Path, text_column: str, label_column: Optional[str]) -> Iterator[TextcatRow]:
-    # Split on "\n" only: str.splitlines also splits on characters that JSON
-    # strings may hold unescaped (e.g. "\u2028"), which would shift line numbers.
-    for number, line in enumerate(read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConversionError(where, f"invalid JSON: {err.msg} (column {err.colno})") from None
-        record = json_object(record, where)
+    for where, record in jsonl_records(path):
         text = json_text(record, text_column, where)
         field = label_column or _auto_label_column(list(record), where, "field")
         if field not in record:
