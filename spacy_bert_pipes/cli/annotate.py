@@ -17,10 +17,7 @@ from ..annotate import (
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat, read_questions_file
 from ..loading import Precision
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
-from .common import fail, input_format_option, text_column_option
+from .common import app, fail, input_format_option, text_column_option
 
 
 @app.command("annotate")

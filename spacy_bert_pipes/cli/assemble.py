@@ -6,10 +6,7 @@ from typing import List, Optional, Tuple
 import typer
 
 from ..assemble import AssembleError, assemble, save_assembled
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
-from .common import fail
+from .common import app, fail
 
 
 @app.command("assemble")

@@ -1,8 +1,17 @@
-"""What the commands share: how they fail, and the options several of them take."""
+"""What the commands share: the typer app they register on, how they fail, and
+the options several of them take."""
 
 from typing import Any, NoReturn
 
 import typer
+
+app = typer.Typer(
+    name="bert-pipes",
+    help="BERT components for spaCy: convert data, pretrain, evaluate, report, assemble "
+    "pipelines and annotate collections.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 
 
 def fail(message: str) -> NoReturn:

@@ -23,10 +23,7 @@ from ..convert import (
     write_docbin,
 )
 from ..io.errors import ConversionError
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
-from .common import fail, lang_option
+from .common import app, fail, lang_option
 
 convert_app = typer.Typer(
     help="Convert labelled data into spaCy .spacy files (DocBin) for training and evaluation.",

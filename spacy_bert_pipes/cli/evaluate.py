@@ -17,10 +17,7 @@ from ..evaluate import (
     write_scores,
 )
 from ..loading import Precision, load_pipeline
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
-from .common import fail
+from .common import app, fail
 
 # Per-label tables longer than this are left to the metrics JSON.
 MAX_LABEL_ROWS = 30

@@ -7,10 +7,7 @@ import spacy
 import typer
 
 from ..explain import ExplainError, explain
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
-from .common import fail
+from .common import app, fail
 
 
 @app.command("explain")

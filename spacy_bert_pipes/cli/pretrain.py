@@ -9,10 +9,7 @@ from ..io.errors import ConversionError
 from ..io.readers import InputFormat
 from ..models.loaders import DEFAULT_ENCODER
 from ..pretrain import PretrainError, PretrainPrecision, PretrainSettings, pretrain
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
-from .common import fail, input_format_option, text_column_option
+from .common import app, fail, input_format_option, text_column_option
 
 Masking = Literal["wordpiece", "whole-word"]
 

@@ -7,10 +7,7 @@ from typing import List, Optional
 import typer
 
 from ..report import ReportError, write_report
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
-from .common import fail
+from .common import app, fail
 
 
 @app.command("report")
