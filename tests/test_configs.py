@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import spacy
-from conftest import SMALL_ENCODER, ner_examples, textcat_examples
+from helpers import SMALL_ENCODER, ner_examples, textcat_examples
 from spacy.util import load_config
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.cfg"))

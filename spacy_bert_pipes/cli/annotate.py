@@ -1,7 +1,7 @@
 """`bert-pipes annotate ...`: annotate a large collection with a trained pipeline."""
 
 from pathlib import Path
-from typing import Literal, NoReturn, Optional
+from typing import Literal, Optional
 
 import spacy
 import typer
@@ -16,10 +16,8 @@ from ..annotate import (
 )
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat, read_questions_file
-from ..util import Precision
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from ..loading import Precision
+from .common import app, fail, input_format_option, text_column_option
 
 
 @app.command("annotate")
@@ -43,14 +41,8 @@ def annotate_cli(
         "suffix) to write as Parquet shards, one per chunk",
         metavar="OUTPUT",
     ),
-    input_format: InputFormat = typer.Option(
-        "auto",
-        "--input-format",
-        help="The input format; auto: by suffix, and a folder is a folder of .txt files",
-    ),
-    text_column: str = typer.Option(
-        "text", "--text-column", help="The column (CSV, Parquet) or field (JSONL) of the text"
-    ),
+    input_format: InputFormat = input_format_option(),
+    text_column: str = text_column_option(),
     id_column: Optional[str] = typer.Option(
         None,
         "--id-column",
@@ -168,7 +160,7 @@ def annotate_cli(
     be finished with the other).
     """
     if engine == "ray" and (gpu_id >= 0 or n_process > 1):
-        _fail(
+        fail(
             "--gpu-id and --n-process are for the local engine; with --engine ray, "
             "use --gpu-per-worker and --ray-workers"
         )
@@ -213,9 +205,9 @@ def annotate_cli(
                 spacy.require_gpu(gpu_id)
             summary = run_annotation(run, load_pipeline(pipeline, options), progress=True)
     except (ConversionError, AnnotateError) as err:
-        _fail(str(err))
+        fail(str(err))
     except OSError as err:  # spacy.load: no such pipeline
-        _fail(f"{pipeline}: {err}")
+        fail(f"{pipeline}: {err}")
     typer.secho(
         f"Input rows: {summary.input_rows} = output rows {summary.output_rows} "
         f"({summary.output_path}) + error rows {summary.error_rows} ({summary.errors_path})",
@@ -230,8 +222,3 @@ def annotate_cli(
         )
         if strict:
             raise typer.Exit(code=1)
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

@@ -2,16 +2,14 @@
 
 import json
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import List, Optional
 
 import typer
 from wasabi import Printer
 
-from ..convert import ConversionError
+from ..io.errors import ConversionError
 from ..similar import IndexKind, Neighbour, VectorIndex, embed_texts, read_vectors
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from .common import app, fail
 
 
 @app.command("similar")
@@ -49,17 +47,17 @@ def similar_cli(
     """Print the k rows of VECTORS most similar (cosine) to QUERY or to row --id."""
     msg = Printer(no_print=as_json)
     if (query is None) == (row_id is None):
-        _fail("Give either a QUERY text or --id ROW_ID (not both)")
+        fail("Give either a QUERY text or --id ROW_ID (not both)")
     if query is not None and pipeline is None:
-        _fail("A QUERY text needs --pipeline to embed it (or use --id ROW_ID)")
+        fail("A QUERY text needs --pipeline to embed it (or use --id ROW_ID)")
     if index_kind not in ("flat", "hnsw"):
-        _fail(f"--index must be flat or hnsw, not {index_kind!r}")
+        fail(f"--index must be flat or hnsw, not {index_kind!r}")
     try:
         collection = read_vectors(
             vectors, id_column=id_column, vector_column=vector_column, progress=not as_json
         )
     except ConversionError as err:
-        _fail(str(err))
+        fail(str(err))
     kind: IndexKind = "hnsw" if index_kind == "hnsw" else "flat"
     index = VectorIndex(collection, kind=kind, progress=not as_json)
     exclude: Optional[List[int]] = None
@@ -67,26 +65,26 @@ def similar_cli(
         try:
             row = index.row(row_id)
         except KeyError as err:
-            _fail(str(err.args[0]))
+            fail(str(err.args[0]))
         query_vectors = collection.vectors[row : row + 1]
         exclude = [row]
         title = f"Nearest to id {row_id!r}"
     else:
-        from ..util import load_pipeline
+        from ..loading import load_pipeline
 
         try:
             nlp = load_pipeline(str(pipeline))
         except OSError as err:
-            _fail(f"{pipeline}: {err}")
+            fail(f"{pipeline}: {err}")
         try:
             query_vectors = embed_texts(nlp, [str(query)])
         except ValueError as err:
-            _fail(f"{pipeline}: {err}")
+            fail(f"{pipeline}: {err}")
         title = f"Nearest to {query!r}"
     try:
         hits = index.search(query_vectors, k, exclude=exclude)[0]
     except ValueError as err:
-        _fail(str(err))
+        fail(str(err))
     if as_json:
         for rank, hit in enumerate(hits, 1):
             print(json.dumps({"rank": rank, "id": hit.id, "cosine": round(hit.cosine, 6)}))
@@ -96,8 +94,3 @@ def similar_cli(
 
 def _rows(hits: List[Neighbour]) -> List[tuple]:
     return [(rank, hit.id, f"{hit.cosine:.4f}") for rank, hit in enumerate(hits, 1)]
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

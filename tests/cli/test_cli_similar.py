@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import spacy
-from conftest import SMALL_ENCODER, loader_config
+from helpers import SMALL_ENCODER, loader_config
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app

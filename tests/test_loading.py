@@ -1,5 +1,5 @@
 """Loading a saved pipeline with its bert encoders at another precision
-(spacy_bert_pipes.util)."""
+(spacy_bert_pipes.loading)."""
 
 from pathlib import Path
 from typing import Dict
@@ -8,10 +8,10 @@ import numpy
 import pytest
 import spacy
 import torch
-from conftest import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
+from helpers import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
 from spacy.training import Example
 
-from spacy_bert_pipes.util import encoder_config_paths, load_pipeline
+from spacy_bert_pipes.loading import encoder_config_paths, load_pipeline
 
 torch.set_num_threads(1)
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
