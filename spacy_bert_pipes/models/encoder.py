@@ -64,6 +64,33 @@ def BertEncoder(
     context: Literal["doc", "sentence"] = "doc",
     case_embeddings: bool = False,
 ) -> Model[List[Doc], List[DocEncoding]]:
+    """BertEncoder.v2 with one `precision` for training and prediction (v2's
+    predict_precision = precision), as saved pipelines of v1 were run."""
+    return BertEncoderV2(
+        max_length=max_length,
+        stride=stride,
+        max_batch_tokens=max_batch_tokens,
+        precision=precision,
+        predict_precision=precision,
+        frozen_layers=frozen_layers,
+        hidden_layers=hidden_layers,
+        context=context,
+        case_embeddings=case_embeddings,
+    )
+
+
+@registry.architectures("spacy-bert-pipes.BertEncoder.v2")
+def BertEncoderV2(
+    max_length: int = 128,
+    stride: int = 32,
+    max_batch_tokens: int = 4096,
+    precision: Precision = "fp32",
+    predict_precision: Precision = "auto",
+    frozen_layers: Union[int, Literal["all"]] = 0,
+    hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
+    context: Literal["doc", "sentence"] = "doc",
+    case_embeddings: bool = False,
+) -> Model[List[Doc], List[DocEncoding]]:
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
 
     The weights arrive in `initialize`, through the component's `encoder_loader`.
@@ -75,9 +102,13 @@ def BertEncoder(
         docs are sorted by length and packed under this budget.
     precision (str): "fp32"; autocast to "bf16" / "fp16" (fp16 with loss scaling, GPU
         only; bf16 is fast on GPUs and on CPUs with AMX / AVX-512 BF16, slow on
-        other CPUs); "int8": train in fp32, predict on the CPU with dynamically
-        quantized int8 linear layers; "auto": bf16 where the device has fast bf16
-        (see `hf_shim.cpu_has_fast_bf16`), fp32 elsewhere.
+        other CPUs); "tf32": fp32 with TensorFloat-32 matmuls on CUDA (fp32 on the
+        CPU); "int8": train in fp32; "auto": bf16 where the device has fast bf16
+        (see `hf_shim.resolve_precision`), fp32 elsewhere. The training precision.
+    predict_precision (str): The precision of prediction (nlp.pipe, evaluation),
+        as `precision`, plus "int8" (dynamically quantized int8 linear layers, CPU
+        only). "auto" (the default): bf16 on GPUs and CPUs that compute it fast,
+        fp32 elsewhere (docs/precision.md).
     frozen_layers (Union[int, str]): 0 fine-tunes everything; k freezes the embeddings
         and the bottom k layers; "all" freezes the encoder (feature-based).
     hidden_layers (str): "last" layer, or the sum or concatenation of the last four
@@ -116,6 +147,7 @@ def BertEncoder(
         precision=precision,
         frozen_layers=frozen_layers,
         case_embeddings=case_embeddings,
+        predict_precision=predict_precision,
     )
     return Model(
         "bert_encoder",
@@ -210,12 +242,11 @@ def run_windows(
         raise ValueError("An encoder with case embeddings needs the windows' casing classes")
     lengths = [len(ids) for ids, _ in windows]
     batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
-    multiple = shim.length_multiple(is_train)
     outputs: List[Any] = [None] * len(windows)
     callbacks = []
     for batch in batches:
         longest = max(lengths[i] for i in batch)
-        width = -(-longest // multiple) * multiple
+        width = shim.padded_length(longest, is_train)
         ids = numpy.full((len(batch), width), pad, dtype="i")
         types = numpy.zeros((len(batch), width), dtype="i")
         mask = numpy.zeros((len(batch), width), dtype="i")
