@@ -366,6 +366,7 @@ class HFShim(Shim):
         # precision "bf16" / "int8": a reduced-precision copy of the module for
         # predict, rebuilt after the weights change (optimizer step, load, use_params).
         self._reduced: Optional[torch.nn.Module] = None
+        self._reduced_precision = ""
 
     # --- state -------------------------------------------------------------
     @property
@@ -438,22 +439,25 @@ class HFShim(Shim):
     def __call__(self, inputs: Tuple[Any, ...], is_train: bool) -> Tuple[Any, Callable]:
         if is_train and not self.fully_frozen:
             return self.begin_update(inputs)
-        return self.predict(inputs), _no_backprop
+        # A fully frozen encoder in training runs without gradients, but in the
+        # training precision: the heads learn from what `precision` computes.
+        precision = resolve_precision(self.precision, self.device) if is_train else None
+        return self.predict(inputs, precision=precision), _no_backprop
 
     def _to_tensors(self, inputs: Tuple[Any, ...]) -> List[torch.Tensor]:
         device = self.device
         return [xp2torch(arr, device=device).long() for arr in inputs]
 
-    def predict(self, inputs: Tuple[Any, ...]) -> Any:
+    def predict(self, inputs: Tuple[Any, ...], precision: Optional[str] = None) -> Any:
         """Run a batch (ids, mask, segment ids[, casing classes]; each (batch, length))
-        without gradients."""
-        module = self._inference_module()
+        without gradients, in `precision` (default: the prediction precision)."""
+        precision = precision or self.prediction_precision
+        module = self._inference_module(precision)
         # Module.train()/eval() walk every submodule, which cost ~7% of nlp.pipe time
         # on short texts when done twice a batch: switch only when needed and stay
         # in eval mode (begin_update switches back to training itself).
         if module.training:
             module.eval()
-        precision = self.prediction_precision
         # the reduced copies compute in their own dtype: no autocast on top
         autocast = "fp32" if module is not self._model else precision
         device = self.device
@@ -463,7 +467,7 @@ class HFShim(Shim):
         # (batch, length, width)
         return torch2xp(hidden)
 
-    def _inference_module(self) -> torch.nn.Module:
+    def _inference_module(self, precision: str) -> torch.nn.Module:
         """The module predict runs: the fp32 module itself, or for "bf16" and "int8" a
         reduced-precision copy made on first use and dropped when the weights change.
 
@@ -474,10 +478,9 @@ class HFShim(Shim):
         weight scales (per-tensor scales lost ~1 point of Banking77 accuracy).
         """
         module = self.module
-        precision = self.prediction_precision
         if precision not in ("bf16", "int8"):
             return module
-        if self._reduced is None:
+        if self._reduced is None or self._reduced_precision != precision:
             reduced = copy.deepcopy(module).eval()
             if precision == "bf16":
                 reduced.to(torch.bfloat16)
@@ -499,6 +502,7 @@ class HFShim(Shim):
                         reduced, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
                     )
             self._reduced = reduced
+            self._reduced_precision = precision
         return self._reduced
 
     def begin_update(self, inputs: Tuple[Any, ...]) -> Tuple[Any, Callable]:
@@ -543,7 +547,8 @@ class HFShim(Shim):
                     param.data = xp2torch(data, device=param.device)
         for _, param in params:
             param.grad = None
-        self._reduced = None
+        if params:  # the weights changed (a frozen encoder keeps its reduced copy)
+            self._reduced = None
         self._grad_scaler.update()
         # free memory back to the OS when the heap has grown (see `memory`): RSS stays flat
         trim_if_grown()

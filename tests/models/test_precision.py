@@ -154,3 +154,22 @@ def test_cuda_prediction_avoids_cudnn_attention_and_restores_tf32(tiny_bert, doc
     assert torch.get_float32_matmul_precision() == before
     for a, b in zip(got, want):
         numpy.testing.assert_allclose(a.wordpieces.get(), b.wordpieces.get(), atol=0.1)
+
+
+def test_frozen_encoder_trains_on_features_of_the_training_precision(
+    tiny_bert, docs, fast_bf16_cpu
+):
+    frozen = loaded(BertEncoderV2(frozen_layers="all"), tiny_bert)  # fp32; predicts bf16
+    fp32 = loaded(BertEncoderV2(predict_precision="fp32"), tiny_bert)
+    trained_on, _ = frozen.begin_update(docs)
+    for a, b in zip(fp32.predict(docs), trained_on):
+        assert numpy.array_equal(a.wordpieces, b.wordpieces)
+    # predicting makes the bf16 copy once; updates of a frozen encoder keep it
+    frozen.predict(docs)
+    shim = frozen.shims[0]
+    reduced = shim._reduced
+    assert reduced is not None
+    from thinc.api import SGD
+
+    shim.finish_update(SGD(0.1))
+    assert shim._reduced is reduced
