@@ -43,6 +43,7 @@ from speed import (  # noqa: E402
 )
 
 PIPELINE = "ours-textcat-ner"
+BATCH_SIZE = 128  # texts per nlp.pipe batch, as bench/speed.py
 
 
 def stub_forward() -> None:
@@ -84,14 +85,14 @@ def worker(
         nlp = load(pipeline, precision)
         if stub:
             stub_forward()
-        for _ in nlp.pipe(warmup_texts(texts)):
+        for _ in nlp.pipe(warmup_texts(texts), batch_size=BATCH_SIZE):
             pass
         runs = []
         for _ in range(repeats):
             barrier.wait()
             wall, cpu = time.perf_counter(), time.process_time()
             entities = 0
-            for doc in nlp.pipe(texts):
+            for doc in nlp.pipe(texts, batch_size=BATCH_SIZE):
                 entities += len(doc.ents)
             runs.append(
                 {
