@@ -65,12 +65,39 @@ def BertEncoder(
     context: Literal["doc", "sentence"] = "doc",
     case_embeddings: bool = False,
 ) -> Model[List[Doc], List[DocEncoding]]:
+    """BertEncoder.v2 with one `precision` for training and prediction (v2's
+    predict_precision = precision), as saved pipelines of v1 were run."""
+    return BertEncoderV2(
+        max_length=max_length,
+        stride=stride,
+        max_batch_tokens=max_batch_tokens,
+        precision=precision,
+        predict_precision=precision,
+        frozen_layers=frozen_layers,
+        hidden_layers=hidden_layers,
+        context=context,
+        case_embeddings=case_embeddings,
+    )
+
+
+@registry.architectures("spacy-bert-pipes.BertEncoder.v2")
+def BertEncoderV2(
+    max_length: int = 128,
+    stride: int = 32,
+    max_batch_tokens: int = 4096,
+    precision: Precision = "fp32",
+    predict_precision: Precision = "auto",
+    frozen_layers: Union[int, Literal["all"]] = 0,
+    hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
+    context: Literal["doc", "sentence"] = "doc",
+    case_embeddings: bool = False,
+) -> Model[List[Doc], List[DocEncoding]]:
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
 
     The weights arrive in `initialize`, through the component's `encoder_loader`.
-    Each setting (max_length, stride, max_batch_tokens, precision, frozen_layers,
-    hidden_layers, context, case_embeddings) is documented once, in the encoder's
-    table in docs/components.md.
+    Each setting (max_length, stride, max_batch_tokens, precision, predict_precision,
+    frozen_layers, hidden_layers, context, case_embeddings) is documented once, in
+    the encoder's table in docs/components.md.
     """
     from .hf_shim import HFShim
 
@@ -92,6 +119,7 @@ def BertEncoder(
         precision=precision,
         frozen_layers=frozen_layers,
         case_embeddings=case_embeddings,
+        predict_precision=predict_precision,
     )
     return Model(
         "bert_encoder",
@@ -186,12 +214,11 @@ def run_windows(
         raise ValueError("An encoder with case embeddings needs the windows' casing classes")
     lengths = [len(ids) for ids, _ in windows]
     batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
-    multiple = shim.length_multiple(is_train)
     outputs: List[Any] = [None] * len(windows)
     callbacks = []
     for batch in batches:
         longest = max(lengths[i] for i in batch)
-        width = -(-longest // multiple) * multiple
+        width = shim.padded_length(longest, is_train)
         ids = numpy.full((len(batch), width), pad, dtype="i")
         types = numpy.zeros((len(batch), width), dtype="i")
         mask = numpy.zeros((len(batch), width), dtype="i")

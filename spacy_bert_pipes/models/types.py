@@ -6,8 +6,8 @@ from typing import Any, Callable, Dict, List, Literal, Optional
 import srsly
 from thinc.types import Floats1d, Floats2d, Ints2d
 
-# The values of BertEncoder.v1's `precision` setting.
-Precision = Literal["fp32", "bf16", "fp16", "int8", "auto"]
+# The values of BertEncoder.v2's `precision` and `predict_precision` settings.
+Precision = Literal["fp32", "bf16", "fp16", "int8", "tf32", "auto"]
 
 
 @dataclass

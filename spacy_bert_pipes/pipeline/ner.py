@@ -44,11 +44,12 @@ dropout = 0.1
 nO = null
 
 [model.encoder]
-@architectures = "spacy-bert-pipes.BertEncoder.v1"
+@architectures = "spacy-bert-pipes.BertEncoder.v2"
 max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
+predict_precision = "auto"
 frozen_layers = 0
 hidden_layers = "last"
 """
