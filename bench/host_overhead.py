@@ -60,7 +60,7 @@ def stub_forward() -> None:
 
 
 def load(pipeline: str, precision: str) -> Any:
-    from spacy_bert_pipes.util import load_pipeline
+    from spacy_bert_pipes.loading import load_pipeline
 
     return load_pipeline(pipeline, precision=None if precision == "default" else precision)
 

@@ -91,7 +91,7 @@ def ours(texts: List[str], precision: str) -> Tuple[numpy.ndarray, float]:
     import spacy
 
     nlp = spacy.blank("en")
-    config = {"model": {"max_length": 256, "precision": precision}}
+    config = {"model": {"max_length": 256, "predict_precision": precision}}
     nlp.add_pipe("bert_encoder", config=config)
     nlp.add_pipe("bert_vectors")
     nlp.initialize()

@@ -408,7 +408,8 @@ def load_trained(s: Settings, system: str) -> Any:
     """bench/trained.py's pipeline for a system, with this run's windows and batch
     budget, and its encoders at --precision ("default": as saved)."""
     import spacy
-    from spacy_bert_pipes.util import encoder_config_paths, load_pipeline
+
+    from spacy_bert_pipes.loading import encoder_config_paths, load_pipeline
 
     path = trained_path(s, system)
     saved = dict(spacy.util.load_config(path / "config.cfg", interpolate=False))

@@ -86,7 +86,7 @@ def BertEncoderV2(
     stride: int = 32,
     max_batch_tokens: int = 4096,
     precision: Precision = "fp32",
-    predict_precision: Precision = "auto",
+    predict_precision: Precision = "fp32",
     frozen_layers: Union[int, Literal["all"]] = 0,
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
     context: Literal["doc", "sentence"] = "doc",

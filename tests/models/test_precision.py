@@ -1,6 +1,6 @@
 """How the encoder chooses its precision: training precision vs prediction precision
-("auto" by default in BertEncoder.v2, the same as training in v1), the padding of
-bf16 batches on the CPU, attention backends and TF32 on CUDA."""
+("fp32" by default in BertEncoder.v2, "auto" on request, the same as training in
+v1), the padding of bf16 batches on the CPU, attention backends and TF32 on CUDA."""
 
 import numpy
 import pytest
@@ -69,7 +69,7 @@ def test_padded_length_rounds_only_when_cheap():
 
 
 def test_v2_predicts_auto_and_trains_as_configured(tiny_bert, fast_bf16_cpu):
-    shim = loaded(BertEncoderV2(precision="fp32"), tiny_bert).shims[0]
+    shim = loaded(BertEncoderV2(precision="fp32", predict_precision="auto"), tiny_bert).shims[0]
     assert shim.predict_precision == "auto"
     assert shim.prediction_precision == "bf16"
     assert shim.padded_length(100, is_train=False) == 112
