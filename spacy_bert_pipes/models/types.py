@@ -1,6 +1,6 @@
 """Plain data passed between the encoder and the heads (no torch here)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Literal, Optional
 
 import srsly
@@ -8,6 +8,16 @@ from thinc.types import Floats1d, Floats2d, Ints2d
 
 # The values of BertEncoder.v2's `precision` and `predict_precision` settings.
 Precision = Literal["fp32", "bf16", "fp16", "int8", "tf32", "auto"]
+
+
+@dataclass
+class BatchSlice:
+    """Where a DocEncoding's wordpieces sit in the array of the batch it was
+    encoded in: `array[start : start + n_pieces]`. Heads use it to read a whole
+    batch's wordpieces without copying them; it is not serialized."""
+
+    array: Floats2d  # (n_pieces of the batch, width)
+    start: int
 
 
 @dataclass
@@ -29,6 +39,7 @@ class DocEncoding:
     wordpieces: Floats2d
     offsets: Ints2d
     sep: Optional[Floats1d] = None
+    batch: Optional[BatchSlice] = field(default=None, repr=False, compare=False)
 
     @property
     def width(self) -> int:

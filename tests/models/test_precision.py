@@ -159,7 +159,8 @@ def test_cuda_prediction_avoids_cudnn_attention_and_restores_tf32(tiny_bert, doc
 def test_frozen_encoder_trains_on_features_of_the_training_precision(
     tiny_bert, docs, fast_bf16_cpu
 ):
-    frozen = loaded(BertEncoderV2(frozen_layers="all"), tiny_bert)  # fp32; predicts bf16
+    frozen = loaded(BertEncoderV2(frozen_layers="all", predict_precision="auto"), tiny_bert)
+    # trains in fp32; predicts in bf16
     fp32 = loaded(BertEncoderV2(predict_precision="fp32"), tiny_bert)
     trained_on, _ = frozen.begin_update(docs)
     for a, b in zip(fp32.predict(docs), trained_on):
