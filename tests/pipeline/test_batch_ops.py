@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import numpy
 import pytest
 import spacy
-from conftest import LABELS, NER_LABELS, loader_config
+from helpers import LABELS, NER_LABELS, loader_config
 from spacy.language import Language
 from thinc.api import NumpyOps
 

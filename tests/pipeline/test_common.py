@@ -7,7 +7,7 @@ from typing import Any, List, Sequence
 
 import pytest
 import spacy
-from conftest import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from helpers import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
 from spacy.language import Language
 
 from spacy_bert_pipes.models import encoder as encoder_module
