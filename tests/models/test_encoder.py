@@ -382,9 +382,9 @@ def test_bf16_predict_pads_long_batches_without_changing_outputs(tiny_bert, nlp,
     widths = []
     predict = type(shim).predict
 
-    def spy(self, inputs):
+    def spy(self, inputs, precision=None):
         widths.append(inputs[0].shape[1])
-        return predict(self, inputs)
+        return predict(self, inputs, precision=precision)
 
     monkeypatch.setattr(type(shim), "predict", spy)
     padded = encoder.predict(docs)
