@@ -96,6 +96,15 @@ def train_step(
     return losses
 
 
+def head_pipe(pipe: TrainablePipe, stream: Iterable[Doc], batch_size: int) -> Iterator[Doc]:
+    """`TrainablePipe.pipe` of a head: with its own encoder, `prefetching_pipe`;
+    as a listener (the shared encoder tokenized already) spaCy's own."""
+    encoder = own_encoder(pipe.model)
+    if encoder is None:
+        return TrainablePipe.pipe(pipe, stream, batch_size=batch_size)
+    return prefetching_pipe(pipe, encoder, stream, batch_size)
+
+
 def prefetching_pipe(
     pipe: TrainablePipe, encoder: Model, stream: Iterable[Doc], batch_size: int
 ) -> Iterator[Doc]:

@@ -39,9 +39,9 @@ from ..models.tags import (
 )
 from .common import (
     ensure_encoding_extension,
+    head_pipe,
     load_encoder,
     own_encoder,
-    prefetching_pipe,
     train_step,
 )
 
@@ -190,13 +190,9 @@ class BertEntityRecognizer(TrainablePipe):
 
     # --- predict / annotate ---------------------------------------------------
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
-        """Annotate a stream of docs in batches. With its own encoder, the
-        component tokenizes the next batch in a worker thread while a batch runs
-        (`common.prefetching_pipe`); as a listener it only runs its head."""
-        encoder = own_encoder(self.model)
-        if encoder is None:
-            return super().pipe(stream, batch_size=batch_size)
-        return prefetching_pipe(self, encoder, stream, batch_size)
+        """Annotate a stream of docs in batches (`common.head_pipe`: with its own
+        encoder, the next batch is tokenized in a worker thread)."""
+        return head_pipe(self, stream, batch_size)
 
     def predict(self, docs: Iterable[Doc]) -> List[Floats2d]:
         """Tag probabilities per token of each doc. (n_tokens, n_tags). No side effects."""
