@@ -290,11 +290,9 @@ def _run(
                 compute=ray.data.ActorPoolStrategy(size=workers),
                 num_cpus=cpus_per_worker,
                 num_gpus=gpus_per_worker or None,
-                # A dead actor is restarted and its chunk run again, without end
-                # (Ray Data's defaults, made explicit): a chunk that comes back
-                # twice is committed once (see below).
-                max_restarts=-1,
-                max_task_retries=-1,
+                # Ray Data restarts a dead actor and retries its chunk without end
+                # (max_restarts=-1, max_task_retries=-1 by default); a chunk that
+                # comes back twice is committed once (see below).
             )
             context = ray.data.DataContext.get_current()
             ray_bars, context.enable_progress_bars = context.enable_progress_bars, False
