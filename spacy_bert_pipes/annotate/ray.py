@@ -165,7 +165,10 @@ def _init(ray: Any, address: Optional[str], num_cpus: int) -> bool:
             except ValueError as err:  # a cluster from `ray start` was found
                 if "must not be provided" not in str(err):
                     raise
-                where = "the cluster started with `ray start` on this machine"
+                where = (
+                    "the cluster started with `ray start` on this machine (if it is "
+                    "gone, `ray stop` forgets it)"
+                )
         ray.init(address=address, **settings)
         return False
     except ConnectionError as err:

@@ -12,6 +12,7 @@ from ..annotate import (
     AnnotateOptions,
     AnnotateRun,
     AnnotateSummary,
+    check_output_location,
     load_pipeline,
     prepare_run,
     run_annotation,
@@ -186,9 +187,10 @@ def annotate_cli(
             precision=precision,
         )
         # Input, output and options are checked before the pipeline loads; the
-        # lock on OUTPUT refuses a second run on it before it loads either.
-        run = prepare_run(pipeline, input_path, output_path, options)
-        with output_lock(run.output_path):
+        # lock on OUTPUT refuses a second run on it before it reads OUTPUT.parts.
+        check_output_location(input_path, output_path)
+        with output_lock(output_path):
+            run = prepare_run(pipeline, input_path, output_path, options)
             summary = _run(
                 run,
                 pipeline,

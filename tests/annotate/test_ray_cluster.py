@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -73,6 +74,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        # Where `ray start` notes its cluster for `ray.init()` to find: left
+        # naming a dead cluster, it would break every later local ray.init.
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.exists() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
 
 
 @pytest.fixture(scope="module")
