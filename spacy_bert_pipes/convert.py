@@ -17,6 +17,7 @@ import csv
 import difflib
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import (
@@ -351,6 +352,7 @@ def read_entity_jsonl(
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise ConversionError(where, f"invalid JSON: {err.msg} (column {err.colno})") from None
+        _check_surrogates(record, where)
         record = _json_object(record, where)
         text = _json_text(record, text_field, where)
         entities = _json_entities(record, spans_field, len(text), where)
@@ -914,6 +916,7 @@ def _read_jsonl(path: Path, text_column: str, label_column: Optional[str]) -> It
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise ConversionError(where, f"invalid JSON: {err.msg} (column {err.colno})") from None
+        _check_surrogates(record, where)
         record = _json_object(record, where)
         text = _json_text(record, text_column, where)
         field = label_column or _auto_label_column(list(record), where, "field")
@@ -935,12 +938,57 @@ def _read_text(path: Path) -> str:
 
 
 def _load_json(path: Path) -> Any:
+    text = _read_text(path)
     try:
-        return json.loads(_read_text(path))
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ConversionError(
             f"{path}:{err.lineno}", f"invalid JSON: {err.msg} (column {err.colno})"
         ) from None
+    if _lone_surrogate(data) is not None:
+        found = [m.start() for m in _LONE_SURROGATE_ESCAPES.finditer(text)]
+        line = text.count("\n", 0, min(found)) + 1 if found else 1
+        _check_surrogates(data, f"{path}:{line}")
+    return data
+
+
+# JSON escapes of a surrogate without its pair: a high one not followed by a low
+# one, a low one not preceded by a high one.
+_LONE_SURROGATE_ESCAPES = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def _lone_surrogate(value: Any) -> Optional[str]:
+    """The first lone surrogate in the strings (keys included) of parsed JSON."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as err:
+                return item[err.start]
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _check_surrogates(value: Any, where: str) -> None:
+    # JSON may escape half of a UTF-16 pair ("\ud800") on its own; Python reads it
+    # as a lone surrogate, which is no character: spaCy's tokenizer and .spacy files
+    # cannot hold it (a UnicodeEncodeError deep inside spaCy otherwise).
+    char = _lone_surrogate(value)
+    if char is not None:
+        raise ConversionError(
+            where,
+            f"a string holds a lone surrogate \\u{ord(char):04x} (half of a UTF-16 pair "
+            "without the other half), which is not a character; fix or drop it",
+        )
 
 
 def _column_index(header: List[str], column: str, path: Path, kind: str) -> int:

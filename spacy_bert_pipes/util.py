@@ -1,4 +1,9 @@
-"""Loading a trained pipeline with its bert encoders switched to another precision.
+"""Loading a trained pipeline, checked, optionally with its bert encoders at
+another precision.
+
+`load_pipeline` loads a folder in spaCy's own steps and turns whatever fails
+(a foreign folder, a broken config.cfg, damaged weights or tokenizer files) into
+one PipelineLoadError naming the folder, the component and the file.
 
 `precision` is a setting of `spacy-bert-pipes.BertEncoder.v1`, so a saved
 pipeline keeps the one it was trained with. `load_pipeline(path, precision=...)`
@@ -7,13 +12,20 @@ model, or a head's own `model.encoder`) at load time; listeners follow the
 encoder they listen to.
 """
 
+import configparser
+import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 import spacy
+import srsly
+from confection import ConfigValidationError
 from spacy.language import Language
 
+from .models.serial import DamagedEncoderError, check_saved_tokenizers, one_line
 from .models.types import Precision
+
+T = TypeVar("T")
 
 ENCODER_ARCHITECTURE = "spacy-bert-pipes.BertEncoder.v1"
 
@@ -33,6 +45,34 @@ def encoder_config_paths(config: Dict[str, Any]) -> List[str]:
     return paths
 
 
+class PipelineLoadError(ValueError):
+    """A pipeline that cannot be loaded: missing, not a pipeline, or damaged.
+
+    path (str): The pipeline folder (or package name).
+    component (Optional[str]): The component whose files are broken, if one is.
+    file (Optional[Path]): The broken file, e.g. `<path>/bert_ner/model`.
+    reason (str): What is wrong, on one line.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, Path],
+        component: Optional[str],
+        file: Optional[Union[str, Path]],
+        reason: str,
+    ):
+        self.path = str(path)
+        self.component = component
+        self.file = None if file is None else str(file)
+        self.reason = one_line(reason)
+        where = f"Cannot load the pipeline {self.path}"
+        if component is not None:
+            where += f": component '{component}'"
+        if self.file is not None:
+            where += f", file {self.file}" if component is not None else f": file {self.file}"
+        super().__init__(f"{where}: {self.reason}")
+
+
 def load_pipeline(
     pipeline: Union[str, Path],
     *,
@@ -41,17 +81,34 @@ def load_pipeline(
 ) -> Language:
     """Load a pipeline, optionally with every bert encoder at another precision.
 
+    A folder is loaded in spaCy's own steps (config.cfg, meta.json, the Language
+    and its vocab, then each component's files), each checked, so a damaged or
+    foreign pipeline fails before any input is read, with one line naming the
+    folder, the component and the file.
+
     pipeline (Union[str, Path]): A folder saved with `nlp.to_disk`, or a package name.
     precision (Optional[Precision]): "fp32", "bf16", "fp16", "int8" or "auto";
         None keeps the precision each encoder was saved with.
     config (Optional[Dict[str, Any]]): Further config overrides, as for `spacy.load`.
     RETURNS (Language): The loaded pipeline.
+    RAISES (PipelineLoadError): No such folder or package, a folder that is not
+        a pipeline, a damaged file.
     RAISES (ValueError): A precision was asked for, but the pipeline has no
         bert encoder.
     """
     overrides = dict(config or {})
+    folder = Path(pipeline)
+    if folder.exists():
+        if not folder.is_dir():
+            raise PipelineLoadError(folder, None, None, "not a folder")
+        saved = _saved_config(folder)
+    elif not spacy.util.is_package(str(pipeline)):
+        raise PipelineLoadError(
+            pipeline, None, None, "no such folder, and no installed pipeline package of that name"
+        )
     if precision is not None:
-        saved = _saved_config(pipeline)
+        if not folder.exists():  # a package: load it once as it is to read its config
+            saved = _loaded(str(pipeline), lambda: dict(spacy.load(pipeline).config))
         paths = encoder_config_paths(saved)
         if not paths:
             names = ", ".join(saved.get("nlp", {}).get("pipeline", [])) or "none"
@@ -60,12 +117,118 @@ def load_pipeline(
                 f"{ENCODER_ARCHITECTURE} whose precision it could set (its components: {names})"
             )
         overrides.update({f"{path}.precision": precision for path in paths})
-    return spacy.load(pipeline, config=overrides)
+    if not folder.exists():
+        return _loaded(str(pipeline), lambda: spacy.load(pipeline, config=overrides))
+    return _load_folder(folder, overrides)
 
 
-def _saved_config(pipeline: Union[str, Path]) -> Dict[str, Any]:
-    folder = Path(pipeline)
-    if (folder / "config.cfg").exists():
-        return dict(spacy.util.load_config(folder / "config.cfg", interpolate=False))
-    # A package: load it once as it is to read its config.
-    return dict(spacy.load(pipeline).config)
+def _load_folder(folder: Path, overrides: Dict[str, Any]) -> Language:
+    """What `spacy.load(folder)` does (`spacy.util.load_model_from_path`), step
+    by step, so that each failure names its file."""
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise PipelineLoadError(folder, None, meta_path, _NOT_A_PIPELINE)
+    try:
+        json.loads(meta_path.read_text(encoding="utf8"))
+    except ValueError as err:  # JSON and UnicodeDecodeError
+        raise PipelineLoadError(folder, None, meta_path, f"not valid JSON ({err})") from err
+    try:
+        # as spacy.load reads it: checks "lang" and "name", warns about spaCy versions
+        meta = spacy.util.load_meta(meta_path)
+    except ValueError as err:
+        raise PipelineLoadError(folder, None, meta_path, str(err)) from err
+    config_path = folder / "config.cfg"
+    dotted = spacy.util.dict_to_dot(overrides, for_overrides=True)
+    try:
+        config = spacy.util.load_config(config_path, overrides=dotted)
+        nlp = spacy.util.load_model_from_config(config, vocab=True, meta=meta)
+    except Exception as err:  # confection, registry and factory errors: all about this file
+        raise PipelineLoadError(folder, None, config_path, _config_reason(err)) from err
+    # Components are loaded one by one below; this reads the rest (config, meta,
+    # vocab, tokenizer) and links listeners to their encoders.
+    own_files = [name for name, proc in nlp.components if hasattr(proc, "from_disk")]
+    try:
+        nlp.from_disk(folder, exclude=own_files, overrides=dotted)
+    except Exception as err:  # vocab or tokenizer files; spaCy names no file
+        raise PipelineLoadError(folder, None, None, f"{type(err).__name__}: {err}") from err
+    for name in own_files:
+        component_path = folder / name
+        try:
+            if nlp.get_pipe_meta(name).factory in UNCHECKED_FACTORIES:
+                _check_before_loading(component_path / "model")
+            component: Any = nlp.get_pipe(name)  # any component with files of its own
+            component.from_disk(component_path, exclude=["vocab"])
+        except Exception as err:  # msgpack, safetensors, torch, tokenizers: all damage
+            file, reason = _broken_file(component_path, err)
+            raise PipelineLoadError(folder, name, file, reason) from err
+    return nlp
+
+
+# Components of other packages whose loading writes saved tokenizer file names
+# unchecked (spacy-transformers' `transformer`): checked here first.
+UNCHECKED_FACTORIES = ("transformer",)
+
+
+def _check_before_loading(model_path: Path) -> None:
+    if model_path.is_file():  # spacy-transformers also reads a folder of HF files
+        check_saved_tokenizers(model_path.read_bytes())
+
+
+_NOT_A_PIPELINE = "missing: not a spaCy pipeline folder (one saved with nlp.to_disk)"
+
+
+def _broken_file(component_path: Path, err: Exception) -> Tuple[Path, str]:
+    """Which of a component's files an error in its from_disk came from."""
+    if isinstance(err, DamagedEncoderError):
+        return component_path / "model", str(err)
+    if isinstance(err, FileNotFoundError) and err.filename:
+        return Path(err.filename), "missing"
+    if not component_path.is_dir():
+        return component_path, "missing"
+    cfg = component_path / "cfg"
+    if cfg.exists():
+        try:
+            srsly.read_json(cfg)
+        except ValueError as cfg_err:
+            return cfg, f"not valid JSON ({cfg_err})"
+    # thinc's Model.from_bytes: truncated or garbled msgpack, or another model's
+    # structure ("Cannot deserialize model: mismatched structure")
+    return component_path / "model", f"damaged ({type(err).__name__}: {one_line(str(err))})"
+
+
+def _config_reason(err: Exception) -> str:
+    """One line for a config.cfg that cannot be read or built, with its line number
+    where the parser gives one (confection reports the file as '<string>')."""
+    parse_error = err if isinstance(err, configparser.Error) else err.__context__
+    if isinstance(parse_error, configparser.ParsingError) and parse_error.errors:
+        lineno, line = parse_error.errors[0]
+        return f"not valid config syntax at line {lineno}: {line}"  # line: repr of the line
+    if isinstance(parse_error, configparser.Error):
+        reason = str(parse_error).replace("While reading from '<string>' ", "")
+        return f"not valid config syntax: {reason}"
+    errors = getattr(err, "errors", None)
+    if isinstance(err, ConfigValidationError) and errors:
+        first = errors[0]
+        location = ".".join(str(part) for part in first.get("loc", []))
+        return f"{location}: {first.get('msg', '')}" if location else str(first.get("msg"))
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text ({err})"
+    return f"{type(err).__name__}: {err}"
+
+
+def _loaded(name: str, load: Callable[[], T]) -> T:
+    """Run spaCy's own loading of an installed package, any failure as one line."""
+    try:
+        return load()
+    except Exception as err:  # a damaged package: spaCy's loader knows no better
+        raise PipelineLoadError(name, None, None, f"{type(err).__name__}: {err}") from err
+
+
+def _saved_config(folder: Path) -> Dict[str, Any]:
+    config_path = folder / "config.cfg"
+    if not config_path.is_file():
+        raise PipelineLoadError(folder, None, config_path, _NOT_A_PIPELINE)
+    try:
+        return dict(spacy.util.load_config(config_path, interpolate=False))
+    except Exception as err:  # confection's errors, UnicodeDecodeError
+        raise PipelineLoadError(folder, None, config_path, _config_reason(err)) from err

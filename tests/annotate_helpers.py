@@ -63,14 +63,17 @@ def write_input(folder: Path, fmt: str, records: List[Dict[str, Any]]) -> Path:
 
 
 def read_output(path: Path) -> List[Dict[str, Any]]:
-    """The output rows, with the JSON strings of CSV and Parquet decoded."""
+    """The output rows, with the JSON strings of CSV and Parquet decoded (a
+    Parquet "vector" column, of `annotate --vectors`, is a list already)."""
     if path.suffix == ".jsonl":
         return [json.loads(line) for line in path.read_text(encoding="utf8").splitlines()]
     if path.suffix == ".csv":
         rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf8"))))
     else:
         rows = pq.read_table(path).to_pylist()
-    return [{k: v if k == "id" else json.loads(v) for k, v in row.items()} for row in rows]
+    return [
+        {k: v if k in ("id", "vector") else json.loads(v) for k, v in row.items()} for row in rows
+    ]
 
 
 def read_errors(output: Path) -> List[Dict[str, Any]]:
@@ -85,3 +88,23 @@ def run(pipeline: str, input_path: Path, output: Path, **options: Any) -> Any:
     assert len(read_errors(output)) == summary.error_rows
     assert not output.with_name(output.name + ".parts").exists()
     return summary
+
+
+VECTOR_WIDTH = 12
+
+
+def save_vectors_pipeline(path: Path, tiny_bert: Path, width: int = VECTOR_WIDTH) -> Path:
+    """The tiny pipeline (no bert_qa) with static word vectors for every word of
+    TEXTS and conftest.WORDS: `doc.vector` is the mean of its words' vectors
+    (`annotate --vectors` without a vectors component), deterministic from the
+    text; docs of unknown words only have none."""
+    import numpy
+    from conftest import WORDS
+
+    save_tiny_pipeline(path, tiny_bert, qa=False)
+    nlp = spacy.load(path)
+    rng = numpy.random.default_rng(0)
+    for word in sorted(set(WORDS) | {w for text in TEXTS for w in text.split()}):
+        nlp.vocab.set_vector(word, rng.standard_normal(width).astype("float32"))
+    nlp.to_disk(path)
+    return path

@@ -9,6 +9,7 @@ prepare.py   `prepare_run` (checks, manifest, the chunks already committed;
 manifest.py  what the output depends on; a rerun resumes only the same.
 chunks.py    the input in numbered, checked chunks, and a chunk annotated.
 parts.py     `OUTPUT.parts`: start, commit a chunk, finish into OUTPUT.
+vectors.py   `--vectors`: the width of the pipeline's doc vectors, a doc's vector.
 progress.py  the progress bar.
 local.py     the local engine: `run_annotation`, and `annotate` (all in one).
 ray.py       the Ray engine: `run_annotation_ray`, `annotate_ray` (imported

@@ -14,11 +14,12 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..io.output import doc_to_row, error_row
+from ..io.output import VECTOR_COLUMN, VectorColumn, doc_to_row, error_row
 from ..io.readers import read_input
 from ..io.rows import InputRow
 from ..memory import trim
 from .types import AnnotateOptions
+from .vectors import VectorError, doc_vector
 
 # The reason of a doc that ran out of memory even alone starts with this.
 OOM_PREFIX = "out of memory: "
@@ -74,13 +75,18 @@ def check_row(row: InputRow, seen: Set[str], max_length: int) -> InputRow:
 
 
 def annotate_chunk(
-    nlp: Language, rows: List[InputRow], options: AnnotateOptions
+    nlp: Language,
+    rows: List[InputRow],
+    options: AnnotateOptions,
+    vectors: Optional[VectorColumn] = None,
 ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """The output rows and error records of a chunk, each in input order.
 
     nlp (Language): The pipeline.
     rows (List[InputRow]): The chunk's rows (error rows included).
     options (AnnotateOptions): The settings (questions, batch size, processes).
+    vectors (Optional[VectorColumn]): Add each doc's vector (see `doc_vector`;
+        a doc without a usable one is an error row); None: no vectors.
     RETURNS (Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]): The output
         rows (see `doc_to_row`) and the error records (see `error_row`).
     """
@@ -99,8 +105,15 @@ def annotate_chunk(
             _, result = next(found)
             if isinstance(result, str):
                 errors.append(error_row(replace(row, error=result)))
-            else:
+            elif vectors is None:
                 outputs.append(doc_to_row(result, row.id))
+            else:
+                try:
+                    vector = doc_vector(result, vectors)
+                except VectorError as err:
+                    errors.append(error_row(replace(row, error=str(err))))
+                    continue
+                outputs.append({**doc_to_row(result, row.id), VECTOR_COLUMN: vector})
     del results
     trim()  # the chunk's tensors and docs are gone: hand their memory back (see `memory`)
     return outputs, errors

@@ -13,6 +13,7 @@ from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_p
 from .prepare import load_pipeline, prepare_run
 from .progress import progress_bar
 from .types import AnnotateOptions, AnnotateRun, AnnotateSummary
+from .vectors import with_vectors
 
 
 def run_annotation(
@@ -47,6 +48,7 @@ def _run(
     bar = None
     input_rows = error_rows = resumed_rows = 0
     n_chunks = 0
+    run = with_vectors(run, nlp)  # fails here if the pipeline gives no doc vectors
     start_parts(run)
     try:
         for index, chunk in checked_chunks(run.input_path, run.options):
@@ -60,7 +62,7 @@ def _run(
                 continue
             if bar is None and progress:
                 bar = progress_bar(run.total_rows, initial=resumed_rows)
-            outputs, errors = annotate_chunk(nlp, chunk, run.options)
+            outputs, errors = annotate_chunk(nlp, chunk, run.options, run.vectors)
             commit_chunk(run, index, outputs, errors)
             error_rows += len(errors)
             if bar is not None:

@@ -61,6 +61,8 @@ def make_manifest(
             "max_length": options.max_length,
             "precision": options.precision,
             "output_format": output_format,
+            # None without --vectors: the same as a manifest written before vectors.
+            "vectors": options.vectors_dtype if options.vectors else None,
         },
     }
 

@@ -16,10 +16,10 @@ finished OUTPUT; the next run removes what a kill left half-written.
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, List, Optional, Set
 
 from ..io import durable
-from ..io.output import ERRORS_SUFFIX, concatenate, link_shards, write_rows
+from ..io.output import ERRORS_SUFFIX, VectorColumn, concatenate, link_shards, write_rows
 from .manifest import MANIFEST_NAME, check_manifest, manifest_text
 from .types import PART_NAME, AnnotateError, AnnotateRun, AnnotateSummary
 
@@ -97,7 +97,9 @@ def commit_chunk(
     errors (List[Dict[str, Any]]): Its error records, in input order.
     """
     durable.write_file(run.part_errors_path(index), lambda p: write_rows(p, errors, "jsonl"))
-    durable.write_file(run.part_path(index), lambda p: write_rows(p, outputs, run.output_format))
+    durable.write_file(
+        run.part_path(index), lambda p: write_rows(p, outputs, run.output_format, _vectors(run))
+    )
 
 
 def resumed_error_rows(run: AnnotateRun, index: int) -> int:
@@ -125,7 +127,9 @@ def finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) ->
     if run.sharded:
         durable.replace_dir(run.output_path, lambda p: link_shards(p, parts))
     else:
-        durable.write_file(run.output_path, lambda p: concatenate(parts, p, run.output_format))
+        durable.write_file(
+            run.output_path, lambda p: concatenate(parts, p, run.output_format, _vectors(run))
+        )
     finished = finished_dir(run.parts_dir)
     durable.remove_path(finished)
     durable.rename(run.parts_dir, finished)
@@ -139,6 +143,13 @@ def finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) ->
         output_path=run.output_path,
         errors_path=run.errors_path,
     )
+
+
+def _vectors(run: AnnotateRun) -> Optional[VectorColumn]:
+    """The run's vector column; a run with `options.vectors` must have it."""
+    if run.options.vectors and run.vectors is None:
+        raise AnnotateError("a run with vectors needs their width: see vectors.with_vectors")
+    return run.vectors
 
 
 def finished_dir(parts_dir: Path) -> Path:

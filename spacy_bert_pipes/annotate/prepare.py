@@ -17,7 +17,7 @@ from .chunks import read_rows
 from .lock import lock_path_for
 from .manifest import make_manifest
 from .parts import committed_chunks
-from .types import PARTS_SUFFIX, AnnotateError, AnnotateOptions, AnnotateRun
+from .types import PARTS_SUFFIX, VECTORS_DTYPES, AnnotateError, AnnotateOptions, AnnotateRun
 
 
 def output_format_for(path: Path) -> OutputFormat:
@@ -54,6 +54,7 @@ def prepare_run(
     if options.chunk_size < 1 or options.batch_size < 1 or options.max_length < 1:
         raise AnnotateError("chunk_size, batch_size and max_length must be at least 1")
     output_format = output_format_for(output_path)
+    check_vectors_options(options, output_path, output_format)
     input_format = input_format_for(input_path, options.input_format)
     check_output_location(input_path, output_path)
     read_rows(input_path, options)  # checks the columns now
@@ -126,6 +127,29 @@ def check_output_location(input_path: Path, output_path: Path) -> None:
         ) from None
     os.close(fd)
     os.unlink(probe)
+
+
+def check_vectors_options(options: AnnotateOptions, output_path: Path, output_format: str) -> None:
+    """Vectors go to JSONL or Parquet, as float32 or float16, from one process
+    per pipeline (spaCy's `n_process` workers send docs back without their
+    `user_hooks`, so `doc.vector` would silently fall back to another vector)."""
+    if options.vectors_dtype not in VECTORS_DTYPES:
+        raise AnnotateError(
+            f"unknown vectors dtype {options.vectors_dtype!r}: expected "
+            + " or ".join(VECTORS_DTYPES)
+        )
+    if options.vectors and output_format == "csv":
+        raise AnnotateError(
+            f"{output_path}: --vectors needs a .jsonl or .parquet OUTPUT (or a folder "
+            "of Parquet shards): a CSV cell cannot hold a vector but as text hundreds "
+            "of numbers long"
+        )
+    if options.vectors and options.n_process > 1:
+        raise AnnotateError(
+            "--vectors needs --n-process 1: spaCy's worker processes send docs back "
+            "without doc.user_hooks, so doc.vector would not be the pipeline's; for "
+            "parallel runs use --engine ray (each actor runs the whole pipeline)"
+        )
 
 
 def load_pipeline(pipeline: str, options: AnnotateOptions) -> Language:

@@ -35,7 +35,7 @@ import spacy
 from spacy.language import Language
 from thinc.api import Config
 
-from ..io.output import error_row
+from ..io.output import VectorColumn, error_row
 from ..io.rows import InputRow
 from ..memory import bound_kernel_caches
 from .chunks import annotate_chunk, checked_chunks
@@ -44,6 +44,7 @@ from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_p
 from .prepare import load_pipeline, prepare_run
 from .progress import progress_bar
 from .types import AnnotateError, AnnotateOptions, AnnotateRun, AnnotateSummary
+from .vectors import with_vectors
 
 INSTALL_HINT = "pip install 'spacy-bert-pipes[ray]'"
 
@@ -120,6 +121,7 @@ def run_annotation_ray(
     with output_lock(run.output_path):
         run = locked_run(run)
         nlp = load_pipeline(pipeline, options)  # fails here, not in the actors
+        run = with_vectors(run, nlp)  # the width of the vector column, or an error now
         config, data = nlp.config.to_str(), nlp.to_bytes()
         del nlp
         started = not ray.is_initialized()
@@ -287,6 +289,7 @@ def _run(
                     "pipeline": pipeline,
                     "options": options,
                     "on_chunk": on_worker_chunk,
+                    "vectors": run.vectors,
                 },
                 batch_size=None,  # a whole block, that is, a whole chunk
                 batch_format="pyarrow",
@@ -352,6 +355,7 @@ class _ChunkAnnotator:
         pipeline: _Pipeline,
         options: AnnotateOptions,
         on_chunk: Optional[Callable[[int], None]] = None,
+        vectors: Optional[VectorColumn] = None,
     ) -> None:
         import ray
 
@@ -366,6 +370,7 @@ class _ChunkAnnotator:
         self.nlp.max_length = max(self.nlp.max_length, options.max_length)
         self.options = options
         self.on_chunk = on_chunk
+        self.vectors = vectors
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
@@ -380,7 +385,9 @@ class _ChunkAnnotator:
         for index, chunk_rows in rows.items():
             if self.on_chunk is not None:
                 self.on_chunk(index)
-            chunk_outputs, chunk_errors = annotate_chunk(self.nlp, chunk_rows, self.options)
+            chunk_outputs, chunk_errors = annotate_chunk(
+                self.nlp, chunk_rows, self.options, self.vectors
+            )
             indices.append(index)
             firsts.append(chunk_rows[0].number)
             outputs.append(json.dumps(chunk_outputs, ensure_ascii=False))

@@ -4,9 +4,9 @@ the names of its part files) and its summary. No I/O here."""
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Optional
+from typing import Any, Dict, FrozenSet, Literal, Optional
 
-from ..io.output import ERRORS_SUFFIX, errors_path_for
+from ..io.output import ERRORS_SUFFIX, VectorColumn, errors_path_for
 from ..io.readers import InputFormat
 from ..util import Precision
 
@@ -16,6 +16,8 @@ DEFAULT_MAX_LENGTH = 10_000_000
 PARTS_SUFFIX = ".parts"
 # A committed part: `part-{index:06d}.{format}`, beside its errors part.
 PART_NAME = re.compile(r"part-(\d+)\.(jsonl|csv|parquet)")
+VectorsDtype = Literal["float32", "float16"]
+VECTORS_DTYPES = ("float32", "float16")
 
 
 class AnnotateError(ValueError):
@@ -42,6 +44,10 @@ class AnnotateOptions:
     overwrite (bool): Discard an unfinished run in `OUTPUT.parts` and start over.
     precision (Optional[Precision]): Run every bert encoder of the pipeline at
         this precision ("bf16", "int8"...); None keeps the saved one.
+    vectors (bool): Add a "vector" column: every doc's `doc.vector` (see
+        `annotate.vectors`; JSONL and Parquet only).
+    vectors_dtype (VectorsDtype): "float32", or "float16" (Parquet: a float16
+        column; JSONL: values rounded through float16).
     """
 
     input_format: InputFormat = "auto"
@@ -55,6 +61,8 @@ class AnnotateOptions:
     n_process: int = 1
     overwrite: bool = False
     precision: Optional[Precision] = None
+    vectors: bool = False
+    vectors_dtype: VectorsDtype = "float32"
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class AnnotateRun:
     total_rows (Optional[int]): The number of rows, where known without reading
         them all (Parquet, .txt folders).
     sharded (bool): OUTPUT is a folder of Parquet shards, one per chunk.
+    vectors (Optional[VectorColumn]): The "vector" column, with its width:
+        set by the engine from the loaded pipeline (`with_vectors`) when
+        `options.vectors`; None otherwise.
     """
 
     input_path: Path
@@ -85,6 +96,7 @@ class AnnotateRun:
     done: FrozenSet[int]
     total_rows: Optional[int] = None
     sharded: bool = False
+    vectors: Optional[VectorColumn] = None
 
     @property
     def errors_path(self) -> Path:

@@ -102,6 +102,19 @@ def annotate_cli(
         "AVX-512 BF16 and GPUs; int8: CPU; default: as saved)",
         show_default=False,
     ),
+    vectors: bool = typer.Option(
+        False,
+        "--vectors",
+        help="Add a 'vector' column: each doc's doc.vector (JSONL: a list of floats; "
+        "Parquet: a fixed-size list; not CSV). Needs a pipeline whose docs have vectors, "
+        "e.g. with a bert_vectors component; an empty text gets zeros",
+    ),
+    vectors_dtype: Literal["float32", "float16"] = typer.Option(
+        "float32",
+        "--vectors-dtype",
+        help="The vectors' type: float16 halves a Parquet column (JSONL: values rounded "
+        "through float16)",
+    ),
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
@@ -141,7 +154,8 @@ def annotate_cli(
     "id", "cats" ({label: probability}, or null without a text classifier),
     "entities" ([{"text", "label", "start", "end", "score"}] from doc.ents,
     character offsets) and "answers" (bert_qa's doc._.answers, or []). In CSV
-    and Parquet the last three are JSON strings.
+    and Parquet the last three are JSON strings. With --vectors, a "vector"
+    column holds each doc's doc.vector (see docs/annotate-vectors.md).
 
     A row that cannot be annotated (null text, invalid UTF-8, a duplicate id,
     ...) goes to OUTPUT.errors.jsonl with its id, row number, source line and
@@ -185,6 +199,8 @@ def annotate_cli(
             n_process=n_process,
             overwrite=overwrite,
             precision=precision,
+            vectors=vectors,
+            vectors_dtype=vectors_dtype,
         )
         # Input, output and options are checked before the pipeline loads; the
         # lock on OUTPUT refuses a second run on it before it reads OUTPUT.parts.

@@ -16,7 +16,7 @@ from ..evaluate import (
     write_predictions,
     write_scores,
 )
-from ..util import Precision, load_pipeline
+from ..util import PipelineLoadError, Precision, load_pipeline
 
 # `cli/__init__.py` defines `app` before it imports this module.
 from . import app
@@ -82,8 +82,8 @@ def evaluate_cli(
         spacy.require_gpu(gpu_id)
     try:
         nlp = load_pipeline(pipeline, precision=precision)
-    except OSError as err:  # no such folder or package
-        _fail(f"{pipeline}: {err}")
+    except PipelineLoadError as err:  # missing, foreign or damaged: one line
+        _fail(str(err))
     except ValueError as err:  # a precision, but no bert encoder
         _fail(str(err))
     try:

@@ -3,10 +3,10 @@
 from pathlib import Path
 from typing import List, NoReturn, Optional
 
-import spacy
 import typer
 
 from ..explain import ExplainError, explain
+from ..util import PipelineLoadError, load_pipeline
 
 # `cli/__init__.py` defines `app` before it imports this module.
 from . import app
@@ -77,9 +77,9 @@ def explain_cli(
         except (OSError, UnicodeDecodeError) as err:
             _fail(f"Cannot read the text from {path}: {err}")
     try:
-        nlp = spacy.load(pipeline)
-    except OSError as err:  # no such folder or package
-        _fail(f"{pipeline}: {err}")
+        nlp = load_pipeline(pipeline)
+    except PipelineLoadError as err:  # missing, foreign or damaged: one line
+        _fail(str(err))
     try:
         result = explain(
             nlp,

@@ -32,6 +32,7 @@ from thinc.api import Model
 from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
 
 from .casing import NO_CASE, piece_cases
+from .oom import run_batch
 from .types import DocEncoding, DocEncodingGrad, Precision
 from .windows import WindowPlan, pack_batches, plan_windows
 
@@ -206,7 +207,7 @@ def run_windows(
                 case_ids[row, : lengths[i]] = cast(Sequence[Ints1d], cases)[i]
             inputs.append(case_ids)
         # (batch, length, width)
-        hidden, backprop = shim(tuple(xp.asarray(a) for a in inputs), is_train)
+        hidden, backprop = run_batch(shim, tuple(xp.asarray(a) for a in inputs), is_train)
         for row, i in enumerate(batch):
             outputs[i] = hidden[row, : lengths[i]]
         callbacks.append((batch, hidden.shape, backprop))

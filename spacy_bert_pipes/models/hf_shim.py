@@ -28,6 +28,7 @@ from thinc.types import FloatsXd
 
 from ..memory import trim_if_grown
 from .casing import N_CASE_CLASSES
+from .serial import DamagedEncoderError, safe_file_name, without_file_settings
 
 
 def _one_thread_after_fork() -> None:
@@ -498,21 +499,20 @@ class HFShim(Shim):
         return srsly.msgpack_dumps(msg)
 
     def from_bytes(self, bytes_data: bytes) -> "HFShim":
-        msg = srsly.msgpack_loads(bytes_data)
-        if not msg["loaded"]:
+        """Restore the encoder from `to_bytes` output. Every part is checked before
+        it is used: a damaged one raises a DamagedEncoderError naming it, and the
+        tokenizer's file names and settings cannot reach outside a temporary folder."""
+        try:
+            msg = srsly.msgpack_loads(bytes_data)
+            loaded = msg["loaded"]
+        except (ValueError, TypeError, KeyError) as err:
+            raise DamagedEncoderError("data", f"not a saved encoder ({err})") from err
+        if not loaded:
             self._model = None
             self._tokenizer = None
             return self
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-        config_dict = json.loads(msg["config"])
-        config = AutoConfig.for_model(**config_dict)
-        transformer = AutoModel.from_config(config)
-        transformer.load_state_dict(load_safetensors(msg["weights"]), strict=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, data in msg["tokenizer"].items():
-                (Path(tmp) / name).write_bytes(data)
-            tokenizer = AutoTokenizer.from_pretrained(tmp, use_fast=True, local_files_only=True)
+        transformer = _transformer_from_bytes(msg)
+        tokenizer = _tokenizer_from_bytes(msg.get("tokenizer"))
         transformer.eval()
         self.load(transformer, tokenizer)
         case_embeddings = self.module.case_embeddings
@@ -523,11 +523,85 @@ class HFShim(Shim):
                     "without them (case_embeddings = false): loading it would drop "
                     "trained weights. Set case_embeddings = true."
                 )
-            weight = load_safetensors(msg["case_embeddings"])["weight"]
-            case_embeddings.weight.data.copy_(weight.to(case_embeddings.weight.device))
+            try:
+                weight = load_safetensors(msg["case_embeddings"])["weight"]
+                case_embeddings.weight.data.copy_(weight.to(case_embeddings.weight.device))
+            except Exception as err:  # safetensors' own error type, shape mismatches
+                raise DamagedEncoderError("weights", f"case embeddings: {err}") from err
         # Saved without case embeddings but configured with them: they stay zero,
         # which is exactly the saved encoder.
         return self
+
+
+def _transformer_from_bytes(msg: Dict[str, Any]) -> torch.nn.Module:
+    """The saved transformer: built from its HF config, then given its weights."""
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config_dict = json.loads(msg["config"])
+        config = AutoConfig.for_model(**config_dict)
+        transformer = AutoModel.from_config(config, trust_remote_code=False)
+    except Exception as err:  # json, KeyError, transformers' ValueErrors on odd configs
+        raise DamagedEncoderError("config", f"{type(err).__name__}: {err}") from err
+    try:
+        state = load_safetensors(msg["weights"])
+    except Exception as err:  # safetensors raises its own SafetensorError
+        raise DamagedEncoderError("weights", f"{type(err).__name__}: {err}") from err
+    if getattr(transformer, "pooler", None) is not None and not any(
+        key.startswith("pooler.") for key in state
+    ):
+        # The base model of a ...ForQuestionAnswering / ...ForTokenClassification
+        # checkpoint is built without a pooler (add_pooling_layer=False), so it saves
+        # none; AutoModel.from_config adds one. Rebuild what was saved.
+        transformer.pooler = None
+    try:
+        transformer.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise DamagedEncoderError("weights", str(err)) from err
+    return transformer
+
+
+def _tokenizer_from_bytes(files: Any) -> Any:
+    """The saved fast tokenizer, written to a temporary folder under checked names
+    and read back from there only."""
+    from transformers import AutoTokenizer
+
+    if not isinstance(files, dict) or not files:
+        raise DamagedEncoderError("tokenizer", "no tokenizer files were saved")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp).resolve()
+        for name, data in files.items():
+            path = folder / safe_file_name(name)
+            if path.parent != folder:  # safe_file_name already refuses paths
+                raise DamagedEncoderError("tokenizer", f"file name {name!r} leaves its folder")
+            if not isinstance(data, bytes):
+                raise DamagedEncoderError("tokenizer", f"file {name!r} holds no bytes")
+            if name == "tokenizer_config.json":
+                data = _checked_tokenizer_config(data)
+            with open(path, "xb") as f:  # "x": never follow or replace an existing file
+                f.write(data)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(folder), use_fast=True, local_files_only=True, trust_remote_code=False
+            )
+        except Exception as err:  # tokenizers' parse errors are plain Exceptions
+            names = ", ".join(sorted(files))
+            raise DamagedEncoderError(
+                "tokenizer", f"{type(err).__name__}: {err} (files: {names})"
+            ) from err
+    if not getattr(tokenizer, "is_fast", False):
+        raise DamagedEncoderError("tokenizer", "no fast tokenizer could be built from its files")
+    return tokenizer
+
+
+def _checked_tokenizer_config(data: bytes) -> bytes:
+    try:
+        settings = json.loads(data)
+    except ValueError as err:
+        raise DamagedEncoderError("tokenizer", f"tokenizer_config.json: {err}") from err
+    if not isinstance(settings, dict):
+        raise DamagedEncoderError("tokenizer", "tokenizer_config.json is not a JSON object")
+    return json.dumps(without_file_settings(settings)).encode("utf8")
 
 
 def fused_adam_applies(optimizer: Optimizer, params: List[Tuple[str, torch.nn.Parameter]]) -> bool:
