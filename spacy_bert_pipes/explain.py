@@ -16,7 +16,6 @@ builds it. Attention weights show where the model looks, not why it decides: rea
 them as a picture of one part of the computation, not as an explanation.
 """
 
-import base64
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,7 @@ from .pipeline.encoder import BertEncoderPipe
 from .pipeline.ner import BertEntityRecognizer
 from .pipeline.qa import BertQuestionAnswerer
 from .pipeline.textcat import BertTextCategorizer
-
-PLOTS_EXTRA = "pip install 'spacy-bert-pipes[plots]'  (or: pip install matplotlib)"
+from .plots import embedded_png, figure_class
 
 
 class ExplainError(ValueError):
@@ -331,13 +329,7 @@ def _word_scores(
 
 
 def _figure_class() -> Any:
-    # The object-oriented API without pyplot: no global state and no change of the
-    # user's backend (a Figure saves itself with the Agg canvas).
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(f"Drawing attention needs matplotlib: {PLOTS_EXTRA}") from err
-    return Figure
+    return figure_class("Drawing attention")
 
 
 def _labels(result: ExplainResult) -> List[str]:
@@ -584,12 +576,7 @@ def _html(result: ExplainResult, images: List[Path], source: str) -> str:
         )
     if maps.question_truncated:
         window += "<p>The question was cut to the component's max_question_len.</p>"
-    figures = "".join(
-        f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode("ascii")}"><figcaption>{p.name}'
-        "</figcaption></figure>"
-        for p in images
-    )
+    figures = "".join(embedded_png(p, p.stem) for p in images)
     encoder = html.escape(result.encoder_component)
     if result.encoder_component != result.component:
         encoder += f" (the shared encoder of {html.escape(result.component)})"

@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 import pyarrow as pa
 import pyarrow.parquet as pq
 import spacy
-from conftest import NER_TEXTS, SMALL_ENCODER, loader_config
+from helpers import NER_TEXTS, SMALL_ENCODER, loader_config
 from spacy.training import Example
 
 from spacy_bert_pipes.annotate import AnnotateOptions, annotate
@@ -99,7 +99,7 @@ def save_vectors_pipeline(path: Path, tiny_bert: Path, width: int = VECTOR_WIDTH
     (`annotate --vectors` without a vectors component), deterministic from the
     text; docs of unknown words only have none."""
     import numpy
-    from conftest import WORDS
+    from helpers import WORDS
 
     save_tiny_pipeline(path, tiny_bert, qa=False)
     nlp = spacy.load(path)

@@ -7,7 +7,7 @@ from typing import Dict, List, Tuple
 import pytest
 import spacy
 import torch
-from conftest import (
+from helpers import (
     SMALL_ENCODER,
     TRAIN_TEXTS,
     loader_config,

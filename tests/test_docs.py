@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional
 
 import pytest
-from conftest import write_tiny_bert
+from helpers import write_tiny_bert
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

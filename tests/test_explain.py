@@ -9,7 +9,7 @@ import numpy
 import pytest
 import spacy
 import torch
-from conftest import NER_TEXTS, SMALL_ENCODER, loader_config, textcat_examples
+from helpers import NER_TEXTS, SMALL_ENCODER, loader_config, textcat_examples
 from numpy.testing import assert_allclose
 from spacy.language import Language
 from spacy.training import Example

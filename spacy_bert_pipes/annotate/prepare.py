@@ -11,8 +11,8 @@ from spacy.language import Language
 from ..io import durable
 from ..io.output import OUTPUT_SUFFIXES, OutputFormat, errors_path_for, is_sharded_output
 from ..io.readers import count_rows, input_format_for
+from ..loading import load_pipeline as load_with_precision
 from ..memory import bound_kernel_caches
-from ..util import load_pipeline as load_with_precision
 from .chunks import read_rows
 from .lock import lock_path_for
 from .manifest import make_manifest

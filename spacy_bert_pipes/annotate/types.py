@@ -8,7 +8,7 @@ from typing import Any, Dict, FrozenSet, Literal, Optional
 
 from ..io.output import ERRORS_SUFFIX, VectorColumn, errors_path_for
 from ..io.readers import InputFormat
-from ..util import Precision
+from ..loading import Precision
 
 # spaCy refuses texts over 1,000,000 characters by default (a guard for its own
 # parser and NER); the BERT components read long texts window by window.

@@ -1,17 +1,7 @@
 """The `bert-pipes` command line: thin typer commands over the package."""
 
-import typer
-
-app = typer.Typer(
-    name="bert-pipes",
-    help="BERT components for spaCy: convert data, pretrain, evaluate, report, assemble "
-    "pipelines and annotate collections.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-
 # Each module registers its commands on `app` when imported.
-from . import (  # noqa: E402,F401
+from . import (  # noqa: F401
     annotate,
     assemble,
     convert,
@@ -19,6 +9,8 @@ from . import (  # noqa: E402,F401
     explain,
     pretrain,
     report,
+    similar,
 )
+from .common import app
 
 __all__ = ["app"]

@@ -1,7 +1,7 @@
 """`bert-pipes annotate ...`: annotate a large collection with a trained pipeline."""
 
 from pathlib import Path
-from typing import Literal, NoReturn, Optional
+from typing import Literal, Optional
 
 import spacy
 import typer
@@ -20,10 +20,8 @@ from ..annotate import (
 from ..annotate.lock import output_lock
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat, read_questions_file
-from ..util import Precision
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from ..loading import Precision
+from .common import app, fail, input_format_option, text_column_option
 
 
 @app.command("annotate")
@@ -47,14 +45,8 @@ def annotate_cli(
         "suffix) to write as Parquet shards, one per chunk",
         metavar="OUTPUT",
     ),
-    input_format: InputFormat = typer.Option(
-        "auto",
-        "--input-format",
-        help="The input format; auto: by suffix, and a folder is a folder of .txt files",
-    ),
-    text_column: str = typer.Option(
-        "text", "--text-column", help="The column (CSV, Parquet) or field (JSONL) of the text"
-    ),
+    input_format: InputFormat = input_format_option(),
+    text_column: str = text_column_option(),
     id_column: Optional[str] = typer.Option(
         None,
         "--id-column",
@@ -172,7 +164,7 @@ def annotate_cli(
     be finished with the other).
     """
     if engine == "ray" and (gpu_id >= 0 or n_process > 1):
-        _fail(
+        fail(
             "--gpu-id and --n-process are for the local engine; with --engine ray, "
             "use --gpu-per-worker and --ray-workers"
         )
@@ -184,7 +176,7 @@ def annotate_cli(
     }
     if engine == "local" and any(ray_only.values()):
         given = ", ".join(name for name, set_ in ray_only.items() if set_)
-        _fail(f"{given}: for --engine ray only; the local engine uses --n-process and --gpu-id")
+        fail(f"{given}: for --engine ray only; the local engine uses --n-process and --gpu-id")
     try:
         questions = read_questions_file(questions_path) if questions_path else {}
         options = AnnotateOptions(
@@ -218,9 +210,9 @@ def annotate_cli(
                 gpu_per_worker,
             )
     except (ConversionError, AnnotateError) as err:
-        _fail(str(err))
+        fail(str(err))
     except OSError as err:  # writing OUTPUT or its parts (a full disk...)
-        _fail(f"{err.filename or output_path}: {err.strerror or err}")
+        fail(f"{err.filename or output_path}: {err.strerror or err}")
     typer.secho(
         f"Input rows: {summary.input_rows} = output rows {summary.output_rows} "
         f"({summary.output_path}) + error rows {summary.error_rows} ({summary.errors_path})",
@@ -268,8 +260,3 @@ def _run(
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     return run_annotation(run, load_pipeline(pipeline, run.options), progress=True)
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

@@ -1,14 +1,12 @@
 """`bert-pipes assemble ...`: one pipeline from separately trained components."""
 
 from pathlib import Path
-from typing import List, NoReturn, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import typer
 
 from ..assemble import AssembleError, assemble, save_assembled
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from .common import app, fail
 
 
 @app.command("assemble")
@@ -60,12 +58,12 @@ def assemble_cli(
     sources += [("ner", p) for p in ner or []]
     sources += [("qa", p) for p in qa or []]
     if not sources:
-        _fail("Nothing to assemble: give --textcat, --ner or --qa pipelines")
+        fail("Nothing to assemble: give --textcat, --ner or --qa pipelines")
     try:
         assembled = assemble(sources, sentencizer=sentencizer)
         manifest = save_assembled(assembled, output)
     except AssembleError as err:
-        _fail(str(err))
+        fail(str(err))
     for component in assembled.components:
         typer.echo(
             f"{component.name} ({component.factory}): '{component.source_component}' of "
@@ -78,8 +76,3 @@ def assemble_cli(
         f"encoder pass each); sources in {manifest}",
         fg="green",
     )
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

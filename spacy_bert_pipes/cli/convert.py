@@ -3,7 +3,7 @@
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, NoReturn, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import spacy
 import typer
@@ -23,9 +23,7 @@ from ..convert import (
     write_docbin,
 )
 from ..io.errors import ConversionError
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from .common import app, fail, lang_option
 
 convert_app = typer.Typer(
     help="Convert labelled data into spaCy .spacy files (DocBin) for training and evaluation.",
@@ -64,7 +62,7 @@ def convert_textcat_cli(
     multilabel: bool = typer.Option(
         False, "--multilabel", help="Allow any number of labels per row, not exactly one"
     ),
-    lang: str = typer.Option("en", "--lang", help="Language code of the tokenizer"),
+    lang: str = lang_option(),
 ) -> None:
     """Convert labelled texts (CSV or JSONL) for text classification.
 
@@ -86,7 +84,7 @@ def convert_textcat_cli(
         docs = rows_to_docs(nlp, rows, labels, exclusive=not multilabel)
         n_docs = write_docbin(docs, output_path)
     except ConversionError as err:
-        _fail(str(err))
+        fail(str(err))
     _report(n_docs, len(labels), output_path)
 
 
@@ -105,7 +103,7 @@ def convert_nluplusplus_cli(
     folds: str = typer.Option(
         ..., "--folds", help="The folds to read, e.g. '0-17', '18,19' or '0-3,7'"
     ),
-    lang: str = typer.Option("en", "--lang", help="Language code of the tokenizer"),
+    lang: str = lang_option(),
 ) -> None:
     """Convert NLU++ folds for multi-label intent classification.
 
@@ -120,7 +118,7 @@ def convert_nluplusplus_cli(
         rows = read_nluplusplus(folder, fold_numbers)
         n_docs = write_docbin(rows_to_docs(nlp, rows, labels, exclusive=False), output_path)
     except ConversionError as err:
-        _fail(str(err))
+        fail(str(err))
     _report(n_docs, len(labels), output_path)
 
 
@@ -149,7 +147,7 @@ def convert_ner_cli(
         help="CoNLL only: sentences per Doc, never crossing a -DOCSTART- line; "
         "0 makes one Doc per document (the whole file if it has no -DOCSTART-)",
     ),
-    lang: str = typer.Option("en", "--lang", help="Language code of the vocab and tokenizer"),
+    lang: str = lang_option("the vocab and tokenizer"),
 ) -> None:
     """Convert named entity data (CoNLL, JSONL or spaCy v2 JSON) for NER.
 
@@ -170,7 +168,7 @@ def convert_ner_cli(
     try:
         n_docs = write_docbin(_count_entities(docs, labels), output_path)
     except ConversionError as err:
-        _fail(str(err))
+        fail(str(err))
     n_ents = sum(labels.values())
     typer.secho(f"Wrote {n_docs} docs with {n_ents} entities to {output_path}", fg="green")
     if labels:
@@ -197,7 +195,7 @@ def convert_squad_cli(
         help="The articles to read by position in the file, 1-based and inclusive, "
         "e.g. '1-38' or '39-48' (default: all)",
     ),
-    lang: str = typer.Option("en", "--lang", help="Language code of the tokenizer"),
+    lang: str = lang_option(),
 ) -> None:
     """Convert SQuAD-format data for extractive question answering.
 
@@ -215,7 +213,7 @@ def convert_squad_cli(
         docs = read_squad(input_path, nlp, articles=article_range, stats=stats)
         n_docs = write_docbin(_count_answers(docs, counts), output_path, store_user_data=True)
     except ConversionError as err:
-        _fail(str(err))
+        fail(str(err))
     _report_questions(n_docs, counts, output_path)
     typer.echo(
         f"Answers found away from their answer_start: {stats['corrected_offsets']}; "
@@ -235,7 +233,7 @@ def convert_restaurant8k_cli(
     output_path: Path = typer.Argument(
         ..., help="The .spacy file to write", dir_okay=False, metavar="OUTPUT"
     ),
-    lang: str = typer.Option("en", "--lang", help="Language code of the tokenizer"),
+    lang: str = lang_option(),
 ) -> None:
     """Convert Restaurant-8k span extraction data for question answering.
 
@@ -253,7 +251,7 @@ def convert_restaurant8k_cli(
             _count_answers(docs, counts, per_slot), output_path, store_user_data=True
         )
     except ConversionError as err:
-        _fail(str(err))
+        fail(str(err))
     _report_questions(n_docs, counts, output_path)
     typer.echo(
         "Answers per slot: " + ", ".join(f"{slot} {n}" for slot, n in sorted(per_slot.items()))
@@ -302,7 +300,7 @@ def _blank(lang: str) -> Language:
     try:
         return spacy.blank(lang)
     except ImportError:
-        _fail(f"unknown language code {lang!r} (--lang)")
+        fail(f"unknown language code {lang!r} (--lang)")
 
 
 def _count_entities(docs: Iterable[Doc], labels: Counter[str]) -> Iterator[Doc]:
@@ -333,8 +331,3 @@ def _report_questions(n_docs: int, counts: Counter[str], output_path: Path) -> N
         f"answerable, {counts['unanswerable']} unanswerable) to {output_path}",
         fg="green",
     )
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

@@ -1,7 +1,7 @@
 """`bert-pipes evaluate ...`: score a pipeline on a .spacy corpus, keep its predictions."""
 
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 import spacy
 import typer
@@ -16,10 +16,8 @@ from ..evaluate import (
     write_predictions,
     write_scores,
 )
-from ..util import PipelineLoadError, Precision, load_pipeline
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from ..loading import PipelineLoadError, Precision, load_pipeline
+from .common import app, fail
 
 # Per-label tables longer than this are left to the metrics JSON.
 MAX_LABEL_ROWS = 30
@@ -83,14 +81,14 @@ def evaluate_cli(
     try:
         nlp = load_pipeline(pipeline, precision=precision)
     except PipelineLoadError as err:  # missing, foreign or damaged: one line
-        _fail(str(err))
+        fail(str(err))
     except ValueError as err:  # a precision, but no bert encoder
-        _fail(str(err))
+        fail(str(err))
     try:
         examples = read_examples(nlp, data_path)
         result = evaluate(nlp, examples, batch_size=batch_size)
     except EvaluateError as err:
-        _fail(str(err))
+        fail(str(err))
     scores = result.scores
     msg.table(summary_rows(scores), title=f"{pipeline} on {data_path} ({len(examples)} docs)")
     for key, name in (("ents_per_type", "NER"), ("cats_f_per_type", "Textcat")):
@@ -113,8 +111,3 @@ def evaluate_cli(
 
 def _percent(value: object) -> str:
     return f"{value * 100:.2f}" if isinstance(value, (int, float)) else "-"
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

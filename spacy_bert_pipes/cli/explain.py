@@ -1,15 +1,13 @@
 """`bert-pipes explain ...`: draw a component's encoder attention for one text."""
 
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import List, Optional
 
 import typer
 
 from ..explain import ExplainError, explain
-from ..util import PipelineLoadError, load_pipeline
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from ..loading import PipelineLoadError, load_pipeline
+from .common import app, fail
 
 
 @app.command("explain")
@@ -75,11 +73,11 @@ def explain_cli(
         try:
             text = path.read_text(encoding="utf8")
         except (OSError, UnicodeDecodeError) as err:
-            _fail(f"Cannot read the text from {path}: {err}")
+            fail(f"Cannot read the text from {path}: {err}")
     try:
         nlp = load_pipeline(pipeline)
     except PipelineLoadError as err:  # missing, foreign or damaged: one line
-        _fail(str(err))
+        fail(str(err))
     try:
         result = explain(
             nlp,
@@ -92,7 +90,7 @@ def explain_cli(
             output_dir=output_dir,
         )
     except (ExplainError, ImportError) as err:
-        _fail(str(err))
+        fail(str(err))
     maps = result.attention
     encoder = result.encoder_component
     if encoder != result.component:
@@ -119,8 +117,3 @@ def explain_cli(
     for path in result.files:
         typer.echo(f"Wrote {path}")
     typer.secho(f"Open {result.html} in a browser", fg="green")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

@@ -1,7 +1,7 @@
 """`bert-pipes pretrain`: masked-LM continued pretraining of an encoder."""
 
 from pathlib import Path
-from typing import Literal, NoReturn, Optional
+from typing import Literal, Optional
 
 import typer
 
@@ -9,9 +9,7 @@ from ..io.errors import ConversionError
 from ..io.readers import InputFormat
 from ..models.loaders import DEFAULT_ENCODER
 from ..pretrain import PretrainError, PretrainPrecision, PretrainSettings, pretrain
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from .common import app, fail, input_format_option, text_column_option
 
 Masking = Literal["wordpiece", "whole-word"]
 
@@ -38,14 +36,8 @@ def pretrain_cli(
         help="The encoder to start from: a folder with a Hugging Face checkpoint, an "
         "installed model package, or a hub name",
     ),
-    input_format: InputFormat = typer.Option(
-        "auto",
-        "--input-format",
-        help="The input format; auto: by suffix, and a folder is a folder of .txt files",
-    ),
-    text_column: str = typer.Option(
-        "text", "--text-column", help="The column (CSV, Parquet) or field (JSONL) of the text"
-    ),
+    input_format: InputFormat = input_format_option(),
+    text_column: str = text_column_option(),
     id_column: Optional[str] = typer.Option(
         None,
         "--id-column",
@@ -151,9 +143,9 @@ def pretrain_cli(
     try:
         summary = pretrain(input_path, output_dir, settings, progress=True, report=typer.echo)
     except (ConversionError, PretrainError) as err:
-        _fail(str(err))
+        fail(str(err))
     except (OSError, ValueError) as err:  # the encoder cannot be loaded or trained
-        _fail(f"{encoder}: {err}")
+        fail(f"{encoder}: {err}")
     if summary.already_finished:
         typer.echo(
             f"{output_dir} already holds a finished run with this input and these "
@@ -169,8 +161,3 @@ def pretrain_cli(
         f"Trained {summary.steps} steps; the encoder is in {summary.encoder_path}",
         fg="green",
     )
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

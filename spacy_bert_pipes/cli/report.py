@@ -2,14 +2,12 @@
 annotated collections, with plots."""
 
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import List, Optional
 
 import typer
 
 from ..report import ReportError, write_report
-
-# `cli/__init__.py` defines `app` before it imports this module.
-from . import app
+from .common import app, fail
 
 
 @app.command("report")
@@ -74,13 +72,8 @@ def report_cli(
             plots=plots,
         )
     except (ReportError, ImportError) as err:
-        _fail(str(err))
+        fail(str(err))
     for note in report.notes:
         typer.secho(f"Note: {note}", fg="yellow")
     typer.echo(f"Wrote {report.markdown}, {report.html} and {len(report.images)} pictures")
     typer.secho(f"Open {report.html} in a browser", fg="green")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(message, fg="red", err=True)
-    raise typer.Exit(code=1)

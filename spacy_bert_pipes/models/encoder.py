@@ -16,6 +16,7 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Callable,
+    Dict,
     List,
     Literal,
     Optional,
@@ -33,8 +34,8 @@ from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
 
 from .casing import NO_CASE, piece_cases
 from .oom import run_batch
-from .types import DocEncoding, DocEncodingGrad, Precision
-from .windows import WindowPlan, pack_batches, plan_windows
+from .types import BatchSlice, DocEncoding, DocEncodingGrad, Precision
+from .windows import pack_batches, plan_windows, segment_sums
 
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
@@ -65,12 +66,39 @@ def BertEncoder(
     context: Literal["doc", "sentence"] = "doc",
     case_embeddings: bool = False,
 ) -> Model[List[Doc], List[DocEncoding]]:
+    """BertEncoder.v2 with one `precision` for training and prediction (v2's
+    predict_precision = precision), as saved pipelines of v1 were run."""
+    return BertEncoderV2(
+        max_length=max_length,
+        stride=stride,
+        max_batch_tokens=max_batch_tokens,
+        precision=precision,
+        predict_precision=precision,
+        frozen_layers=frozen_layers,
+        hidden_layers=hidden_layers,
+        context=context,
+        case_embeddings=case_embeddings,
+    )
+
+
+@registry.architectures("spacy-bert-pipes.BertEncoder.v2")
+def BertEncoderV2(
+    max_length: int = 128,
+    stride: int = 32,
+    max_batch_tokens: int = 4096,
+    precision: Precision = "fp32",
+    predict_precision: Precision = "fp32",
+    frozen_layers: Union[int, Literal["all"]] = 0,
+    hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
+    context: Literal["doc", "sentence"] = "doc",
+    case_embeddings: bool = False,
+) -> Model[List[Doc], List[DocEncoding]]:
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
 
     The weights arrive in `initialize`, through the component's `encoder_loader`.
-    Each setting (max_length, stride, max_batch_tokens, precision, frozen_layers,
-    hidden_layers, context, case_embeddings) is documented once, in the encoder's
-    table in docs/components.md.
+    Each setting (max_length, stride, max_batch_tokens, precision, predict_precision,
+    frozen_layers, hidden_layers, context, case_embeddings) is documented once, in
+    the encoder's table in docs/components.md.
     """
     from .hf_shim import HFShim
 
@@ -92,6 +120,7 @@ def BertEncoder(
         precision=precision,
         frozen_layers=frozen_layers,
         case_embeddings=case_embeddings,
+        predict_precision=predict_precision,
     )
     return Model(
         "bert_encoder",
@@ -166,18 +195,33 @@ def special_ids(encoder: Model) -> Tuple[int, int, int]:
     return int(tok.cls_token_id), int(tok.sep_token_id), int(pad)
 
 
+class WindowOutputs(List[Floats2d]):
+    """`run_windows`' outputs: one (length, width) view per window, in the order
+    of the windows given, and the padded transformer batches they are views of,
+    for batch-level gathers (`batches`: each batch's window indices and its
+    (batch, length, width) output)."""
+
+    def __init__(self, views: List[Floats2d], batches: List[Tuple[List[int], Floats3d]]) -> None:
+        super().__init__(views)
+        self.batches = batches
+
+
 def run_windows(
     encoder: Model,
     windows: Sequence[Tuple[Ints1d, Ints1d]],
     is_train: bool,
     cases: Optional[Sequence[Ints1d]] = None,
-) -> Tuple[List[Floats2d], Callable[[List[Optional[Floats2d]]], None]]:
+) -> Tuple[WindowOutputs, Callable[[List[Optional[Floats2d]]], None]]:
     """Run full input sequences (ids and segment ids, specials included) through the
     transformer, packed into length-sorted batches. An encoder with case embeddings
     also needs each window's casing classes (`cases`, 0 for the specials).
 
-    RETURNS: one (length, width) array per window, views into the batch outputs,
-    and a callback taking one gradient (or None) per window.
+    Each batch's padded inputs are built with a few numpy calls (the windows
+    concatenated, then written under the batch's mask), and go to the device in
+    one transfer per input.
+
+    RETURNS: one (length, width) array per window, views into the batch outputs
+    (a WindowOutputs), and a callback taking one gradient (or None) per window.
     """
     shim = hf_shim(encoder)
     xp = encoder.ops.xp
@@ -186,44 +230,42 @@ def run_windows(
         raise ValueError("An encoder with case embeddings needs the windows' casing classes")
     lengths = [len(ids) for ids, _ in windows]
     batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
-    multiple = shim.length_multiple(is_train)
     outputs: List[Any] = [None] * len(windows)
     callbacks = []
     for batch in batches:
-        longest = max(lengths[i] for i in batch)
-        width = -(-longest // multiple) * multiple
+        batch_lengths = numpy.asarray([lengths[i] for i in batch], dtype="i")
+        longest = int(batch_lengths.max())
+        width = shim.padded_length(longest, is_train)
+        # (batch, length): True over each window's real wordpieces, row by row
+        mask = numpy.arange(width)[None, :] < batch_lengths[:, None]
         ids = numpy.full((len(batch), width), pad, dtype="i")
+        ids[mask] = numpy.concatenate([windows[i][0] for i in batch])
         types = numpy.zeros((len(batch), width), dtype="i")
-        mask = numpy.zeros((len(batch), width), dtype="i")
-        for row, i in enumerate(batch):
-            n = lengths[i]
-            ids[row, :n] = windows[i][0]
-            types[row, :n] = windows[i][1]
-            mask[row, :n] = 1
-        inputs = [ids, mask, types]
+        types[mask] = numpy.concatenate([windows[i][1] for i in batch])
+        inputs = [ids, mask.astype("i"), types]
         if shim.uses_cases:
             case_ids = numpy.zeros((len(batch), width), dtype="i")
-            for row, i in enumerate(batch):
-                case_ids[row, : lengths[i]] = cast(Sequence[Ints1d], cases)[i]
+            case_ids[mask] = numpy.concatenate([cast(Sequence[Ints1d], cases)[i] for i in batch])
             inputs.append(case_ids)
         # (batch, length, width)
         hidden, backprop = run_batch(shim, tuple(xp.asarray(a) for a in inputs), is_train)
         for row, i in enumerate(batch):
             outputs[i] = hidden[row, : lengths[i]]
-        callbacks.append((batch, hidden.shape, backprop))
+        callbacks.append((batch, hidden, backprop))
 
     def backprop_windows(d_windows: List[Optional[Floats2d]]) -> None:
-        for batch, shape, backprop in callbacks:
+        for batch, hidden, backprop in callbacks:
             if all(d_windows[i] is None for i in batch):
                 continue
-            d_hidden: Floats3d = xp.zeros(shape, dtype="f")
+            d_hidden: Floats3d = xp.zeros(hidden.shape, dtype="f")
             for row, i in enumerate(batch):
                 d_window = d_windows[i]
                 if d_window is not None:
                     d_hidden[row, : lengths[i]] = d_window
             backprop(d_hidden)
 
-    return outputs, backprop_windows
+    batch_outputs = [(batch, hidden) for batch, hidden, _ in callbacks]
+    return WindowOutputs(outputs, batch_outputs), backprop_windows
 
 
 def with_special_cases(*parts: Ints1d) -> Ints1d:
@@ -248,13 +290,207 @@ def segments(doc: Doc, text: str, context: str) -> List[Tuple[int, int]]:
 
 
 @dataclass
-class _Segment:
-    """One encoded span of a doc: its wordpieces, window plan and first window."""
+class TokenizedBatch:
+    """A batch's texts cut into the spans encoded apart, and their wordpieces:
+    everything the forward needs before the transformer, made by
+    `tokenize_docs`, possibly ahead of time in a worker thread (`provide_tokens`).
 
-    start_char: int
-    pieces: Pieces
-    plan: WindowPlan
-    first_window: int
+    docs (List[Doc]): The docs, in order.
+    spans (List[List[Tuple[int, int]]]): Each doc's encoded character spans.
+    pieces (List[Pieces]): The wordpieces of each span, all docs' spans in order.
+    """
+
+    docs: List[Doc]
+    spans: List[List[Tuple[int, int]]]
+    pieces: List[Pieces]
+
+
+def segment_texts(
+    encoder: Model, docs: Sequence[Doc]
+) -> Tuple[List[List[Tuple[int, int]]], List[str]]:
+    """Each doc's character spans that are encoded apart (`segments`), and their
+    texts, all docs' spans in order. Reads the Docs: runs on the main thread."""
+    context = encoder.attrs.get("context", "doc")
+    # doc.text joins the tokens anew on every call: once per doc, on this hot path
+    doc_texts = [doc.text for doc in docs]
+    spans = [segments(doc, text, context) for doc, text in zip(docs, doc_texts)]
+    # a slice of the whole text is the text itself, not a copy
+    texts = [text[s:e] for text, doc_spans in zip(doc_texts, spans) for s, e in doc_spans]
+    return spans, texts
+
+
+def tokenize_docs(encoder: Model, docs: Sequence[Doc]) -> TokenizedBatch:
+    """`segment_texts` then `tokenize` (see TokenizedBatch)."""
+    spans, texts = segment_texts(encoder, docs)
+    return TokenizedBatch(list(docs), spans, tokenize_texts(encoder, texts, spans))
+
+
+def tokenize_texts(
+    encoder: Model, texts: Sequence[str], spans: Sequence[Sequence[Tuple[int, int]]]
+) -> List[Pieces]:
+    """`tokenize` the texts of `segment_texts`, with an error that names the doc
+    and text the tokenizer failed on. Touches no Doc, so it may run in a worker
+    thread (the fast tokenizer releases the GIL while it works)."""
+    try:
+        return tokenize(encoder, texts)
+    except Exception as error:
+        doc_of_text = [i for i, doc_spans in enumerate(spans) for _ in doc_spans]
+        for i, text in enumerate(texts):
+            try:
+                tokenize(encoder, [text])
+            except Exception as text_error:
+                shown = f"{text[:60]!r}{'...' if len(text) > 60 else ''}"
+                raise ValueError(
+                    f"The encoder's tokenizer failed on doc {doc_of_text[i]} of the batch "
+                    f"({shown}): {text_error}"
+                ) from text_error
+        raise error
+
+
+# Tokenized batches handed to an encoder ahead of its forward, by the encoder's
+# Model.id: the components' `pipe` tokenizes batch k + 1 in a worker thread
+# while batch k runs (`pipeline.common.prefetching_pipe`).
+_PROVIDED: Dict[int, TokenizedBatch] = {}
+
+
+def provide_tokens(encoder: Model, batch: Optional[TokenizedBatch]) -> None:
+    """Give the encoder the wordpieces of the next docs it will see (None: drop
+    them). The forward uses them only if called on exactly those Doc objects."""
+    if batch is None:
+        _PROVIDED.pop(encoder.id, None)
+    else:
+        _PROVIDED[encoder.id] = batch
+
+
+def _tokenized(model: Model, docs: List[Doc]) -> TokenizedBatch:
+    provided = _PROVIDED.pop(model.id, None)
+    if (
+        provided is not None
+        and len(provided.docs) == len(docs)
+        and all(a is b for a, b in zip(provided.docs, docs))
+    ):
+        return provided
+    return tokenize_docs(model, docs)
+
+
+@dataclass
+class _Layout:
+    """Where every wordpiece and window of a batch sits (numpy, host side).
+
+    Segments (the spans encoded apart: a doc, or its sentences) are laid end to
+    end; so are their wordpieces and their windows.
+
+    windows (List[Tuple[Ints1d, Ints1d]]): Each window's ids and segment ids,
+        specials included (views into one flat array).
+    cases (Optional[List[Ints1d]]): Each window's casing classes, if used.
+    owner (numpy.ndarray): The window owning each wordpiece. (n_pieces,)
+    position (numpy.ndarray): The wordpiece's row in that window, after [CLS]. (n_pieces,)
+    doc_of_window (numpy.ndarray): (n_windows,)
+    windows_per_doc (numpy.ndarray): (n_docs,)
+    piece_bounds (List[int]): Doc i's wordpieces are piece_bounds[i]:piece_bounds[i + 1].
+    offsets (List[Ints2d]): Each doc's wordpiece offsets in its text.
+    """
+
+    windows: List[Tuple[Ints1d, Ints1d]]
+    cases: Optional[List[Ints1d]]
+    owner: numpy.ndarray
+    position: numpy.ndarray
+    doc_of_window: numpy.ndarray
+    windows_per_doc: numpy.ndarray
+    piece_bounds: List[int]
+    offsets: List[Ints2d]
+
+
+def _layout(batch: TokenizedBatch, cls_id: int, sep_id: int, size: int, stride: int) -> _Layout:
+    """Plan the windows of a tokenized batch with whole-array numpy: only texts
+    longer than a window get a Python `plan_windows` call."""
+    seg_pieces = batch.pieces
+    n_segs = len(seg_pieces)
+    counts = numpy.asarray([len(p.ids) for p in seg_pieces], dtype="int64")
+    bases = numpy.cumsum(counts) - counts  # first wordpiece of each segment
+    n_pieces = int(counts.sum())
+    # the extra 0 at the end stands in for the specials
+    id_parts: List[Any] = [p.ids for p in seg_pieces] + [numpy.zeros((1,), "i")]
+    all_ids: numpy.ndarray = numpy.concatenate(id_parts)
+    segs_per_doc = numpy.asarray([len(spans) for spans in batch.spans], dtype="int64")
+    doc_of_seg = numpy.repeat(numpy.arange(len(batch.spans)), segs_per_doc)
+    # windows: (segment, first piece, length); one per segment unless it is long
+    win_seg = numpy.arange(n_segs)
+    win_start = bases.copy()
+    win_len = counts.copy()
+    owner_local = numpy.zeros((n_pieces,), dtype="int64")
+    seg_of_piece = numpy.repeat(numpy.arange(n_segs), counts)
+    position = numpy.arange(n_pieces, dtype="int64") - numpy.repeat(bases, counts)
+    long_segs = numpy.flatnonzero(counts > size).tolist()
+    if long_segs:
+        seg_list, start_list, len_list = [], [], []
+        plans = {i: plan_windows(int(counts[i]), size, stride) for i in long_segs}
+        for i in range(n_segs):
+            plan = plans.get(i)
+            if plan is None:
+                seg_list.append(i)
+                start_list.append(int(bases[i]))
+                len_list.append(int(counts[i]))
+                continue
+            for start, end in plan.spans:
+                seg_list.append(i)
+                start_list.append(int(bases[i]) + start)
+                len_list.append(end - start)
+            lo, hi = int(bases[i]), int(bases[i] + counts[i])
+            owner_local[lo:hi] = plan.owner
+            position[lo:hi] = plan.position
+        win_seg = numpy.asarray(seg_list, dtype="int64")
+        win_start = numpy.asarray(start_list, dtype="int64")
+        win_len = numpy.asarray(len_list, dtype="int64")
+    n_windows = len(win_seg)
+    first_window = numpy.searchsorted(win_seg, numpy.arange(n_segs))  # of each segment
+    owner = first_window[seg_of_piece] + owner_local
+    # every window as [CLS] pieces [SEP], all end to end
+    full = win_len + 2
+    full_starts = numpy.cumsum(full) - full
+    total = int(full.sum())
+    pos = numpy.arange(total, dtype="int64") - numpy.repeat(full_starts, full)
+    source = numpy.repeat(win_start - 1, full) + pos
+    is_cls = pos == 0
+    is_sep = pos == numpy.repeat(full - 1, full)
+    specials = is_cls | is_sep
+    source = numpy.where(specials, n_pieces, source)  # the extra 0 at the end
+    flat_ids = all_ids[source].astype("i")
+    flat_ids[is_cls] = cls_id
+    flat_ids[is_sep] = sep_id
+    flat_types = numpy.zeros((total,), dtype="i")
+    bounds = numpy.concatenate((full_starts, [total])).tolist()
+    windows = [
+        (
+            cast(Ints1d, flat_ids[bounds[w] : bounds[w + 1]]),
+            cast(Ints1d, flat_types[bounds[w] : bounds[w + 1]]),
+        )
+        for w in range(n_windows)
+    ]
+    cases = None
+    if n_segs and seg_pieces[0].cases is not None:
+        case_parts: List[Any] = [p.cases for p in seg_pieces] + [numpy.full((1,), NO_CASE, "i")]
+        all_cases: numpy.ndarray = numpy.concatenate(case_parts)
+        flat_cases = all_cases[source].astype("i")
+        flat_cases[specials] = NO_CASE
+        cases = [cast(Ints1d, flat_cases[bounds[w] : bounds[w + 1]]) for w in range(n_windows)]
+    doc_of_window = doc_of_seg[win_seg] if n_windows else numpy.zeros((0,), "int64")
+    windows_per_doc = numpy.bincount(doc_of_window, minlength=len(batch.spans))
+    pieces_per_doc = numpy.bincount(doc_of_seg, weights=counts, minlength=len(batch.spans))
+    piece_bounds = numpy.concatenate(([0], numpy.cumsum(pieces_per_doc))).astype("int64").tolist()
+    offsets: List[Ints2d] = []
+    seg = 0
+    for doc_spans in batch.spans:
+        parts = seg_pieces[seg : seg + len(doc_spans)]
+        if len(parts) == 1 and doc_spans[0][0] == 0:
+            offsets.append(parts[0].offsets)
+        else:
+            shifted: List[Any] = [p.offsets + start for p, (start, _) in zip(parts, doc_spans)]
+            offsets.append(cast(Ints2d, numpy.concatenate(shifted).astype("i")))
+        seg += len(doc_spans)
+    return _Layout(
+        windows, cases, owner, position, doc_of_window, windows_per_doc, piece_bounds, offsets
+    )
 
 
 def forward(
@@ -263,98 +499,84 @@ def forward(
     xp = model.ops.xp
     cls_id, sep_id, _ = special_ids(model)
     size = model.attrs["max_length"] - 2
-    stride = model.attrs["stride"]
-    context = model.attrs.get("context", "doc")
-    # doc.text joins the tokens anew on every call: once per doc, on this hot path
-    doc_texts = [doc.text for doc in docs]
-    spans = [segments(doc, text, context) for doc, text in zip(docs, doc_texts)]
-    # a slice of the whole text is the text itself, not a copy
-    texts = [text[s:e] for text, doc_spans in zip(doc_texts, spans) for s, e in doc_spans]
-    pieces = iter(tokenize(model, texts))
-    doc_segments: List[List[_Segment]] = []
-    windows: List[Tuple[Ints1d, Ints1d]] = []
-    window_cases: List[Ints1d] = []
-    for doc_spans in spans:
-        segs = []
-        for start_char, _ in doc_spans:
-            seg_pieces = next(pieces)
-            plan = plan_windows(len(seg_pieces.ids), size, stride)
-            segs.append(_Segment(start_char, seg_pieces, plan, len(windows)))
-            for start, end in plan.spans:
-                body = cast(numpy.ndarray, seg_pieces.ids[start:end])
-                ids = cast(Ints1d, numpy.concatenate(([cls_id], body, [sep_id])).astype("i"))
-                windows.append((ids, cast(Ints1d, numpy.zeros(len(ids), dtype="i"))))
-                if seg_pieces.cases is not None:
-                    window_cases.append(with_special_cases(seg_pieces.cases[start:end]))
-        doc_segments.append(segs)
-    cases = window_cases if hf_shim(model).uses_cases else None
-    hidden, backprop_windows = run_windows(model, windows, is_train, cases)
-
-    encodings = []
-    for segs in doc_segments:
-        merged = [_merge_windows(xp, hidden, seg, size) for seg in segs]
-        if len(segs) == 1:
-            cls, wordpieces = merged[0]
-            offsets = segs[0].pieces.offsets
-        else:
-            n_windows = [len(seg.plan.spans) for seg in segs]
-            cls = sum(c * n for (c, _), n in zip(merged, n_windows)) / sum(n_windows)
-            wordpieces = xp.concatenate([w for _, w in merged])
-            offsets = cast(
-                Ints2d,
-                numpy.concatenate([seg.pieces.offsets + seg.start_char for seg in segs]),
-            )
-        encodings.append(DocEncoding(cls=cls, wordpieces=wordpieces, offsets=offsets))
+    layout = _layout(_tokenized(model, docs), cls_id, sep_id, size, model.attrs["stride"])
+    cases = layout.cases if hf_shim(model).uses_cases else None
+    hidden, backprop_windows = run_windows(model, layout.windows, is_train, cases)
+    width = model.get_dim("nO")
+    n_windows = len(layout.windows)
+    # which padded transformer batch and row holds each window
+    window_batch = numpy.zeros((n_windows,), dtype="int64")
+    window_row = numpy.zeros((n_windows,), dtype="int64")
+    for b, (rows, _) in enumerate(hidden.batches):
+        window_batch[rows] = b
+        window_row[rows] = numpy.arange(len(rows))
+    piece_batch = window_batch[layout.owner]
+    dtype = hidden.batches[0][1].dtype if hidden.batches else "f"
+    # every wordpiece from its owning window, every [CLS]: one gather per transformer batch
+    pieces = xp.empty((len(layout.owner), width), dtype=dtype)  # (n_pieces, width)
+    cls_windows = xp.empty((n_windows, width), dtype=dtype)  # (n_windows, width)
+    # each window's final [SEP], for pooling that averages the specials too
+    sep_windows = xp.empty((n_windows, width), dtype=dtype)  # (n_windows, width)
+    full_lengths = numpy.asarray([len(ids) for ids, _ in layout.windows], dtype="int64")
+    sources = []
+    for b, (rows, batch_hidden) in enumerate(hidden.batches):
+        selected = numpy.flatnonzero(piece_batch == b)
+        # +1 skips the window's [CLS]
+        flat_rows = (
+            window_row[layout.owner[selected]] * batch_hidden.shape[1]
+            + 1
+            + layout.position[selected]
+        )
+        sources.append((selected, flat_rows))
+        if len(selected):
+            flat_hidden: Any = batch_hidden.reshape((-1, width))  # (batch * length, width)
+            pieces[xp.asarray(selected)] = flat_hidden[xp.asarray(flat_rows)]
+        cls_windows[xp.asarray(rows)] = cast(Any, batch_hidden)[:, 0]
+        last = xp.asarray(full_lengths[rows] - 1)
+        sep_windows[xp.asarray(rows)] = cast(Any, batch_hidden)[xp.arange(len(rows)), last]
+    if (layout.windows_per_doc == 1).all():
+        cls, sep = cls_windows, sep_windows  # windows are in doc order
+    else:  # the mean [CLS] and [SEP] over each doc's windows
+        counts = xp.asarray(layout.windows_per_doc, dtype="f")[:, None]
+        cls = segment_sums(xp, cls_windows, layout.windows_per_doc) / counts
+        sep = segment_sums(xp, sep_windows, layout.windows_per_doc) / counts
+    bounds = layout.piece_bounds
+    encodings = [
+        DocEncoding(
+            cls=cls[i],
+            wordpieces=pieces[bounds[i] : bounds[i + 1]],
+            offsets=layout.offsets[i],
+            sep=sep[i],
+            batch=BatchSlice(pieces, bounds[i]),
+        )
+        for i in range(len(layout.offsets))
+    ]
 
     def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
-        d_windows: List[Optional[Floats2d]] = [None] * len(windows)
-        for d_enc, segs in zip(d_encodings, doc_segments):
-            if d_enc.d_cls is None and d_enc.d_wordpieces is None:
-                continue
-            n_win = sum(len(seg.plan.spans) for seg in segs)
-            piece_start = 0
-            for seg in segs:
-                plan, w0 = seg.plan, seg.first_window
-                n_pieces = len(seg.pieces.ids)
-                grads = [xp.zeros(hidden[w0 + w].shape, dtype="f") for w in range(len(plan.spans))]
-                if d_enc.d_cls is not None:
-                    for g in grads:
-                        g[0] += d_enc.d_cls / n_win
-                if d_enc.d_wordpieces is not None:
-                    d_pieces = d_enc.d_wordpieces[piece_start : piece_start + n_pieces]
-                    for w in range(len(plan.spans)):
-                        own = numpy.nonzero(plan.owner == w)[0]
-                        rows = xp.asarray(1 + numpy.asarray(plan.position)[own])
-                        # index arrays live with the data (cupy on GPU)
-                        grads[w][rows] += d_pieces[xp.asarray(own)]
-                for w in range(len(plan.spans)):
-                    d_windows[w0 + w] = grads[w]
-                piece_start += n_pieces
+        d_pieces = xp.zeros((len(layout.owner), width), dtype="f")
+        d_cls = xp.zeros((len(d_encodings), width), dtype="f")
+        has_grad = numpy.zeros((len(d_encodings),), dtype=bool)
+        for i, d_enc in enumerate(d_encodings):
+            if d_enc.d_wordpieces is not None:
+                d_pieces[bounds[i] : bounds[i + 1]] += d_enc.d_wordpieces
+                has_grad[i] = True
+            if d_enc.d_cls is not None:
+                d_cls[i] += d_enc.d_cls
+                has_grad[i] = True
+        # each window's [CLS] gets its doc's gradient over the doc's window count
+        shares = xp.asarray(layout.windows_per_doc[layout.doc_of_window], dtype="f")[:, None]
+        d_cls_windows = d_cls[xp.asarray(layout.doc_of_window)] / shares
+        d_windows: List[Optional[Floats2d]] = [None] * n_windows
+        for (rows, batch_hidden), (selected, flat_rows) in zip(hidden.batches, sources):
+            d_hidden = xp.zeros(batch_hidden.shape, dtype="f")
+            if len(selected):
+                d_flat = d_hidden.reshape((-1, width))
+                d_flat[xp.asarray(flat_rows)] = d_pieces[xp.asarray(selected)]
+            d_hidden[:, 0] = d_cls_windows[xp.asarray(rows)]
+            for row, w in enumerate(rows):
+                if has_grad[layout.doc_of_window[w]]:
+                    d_windows[w] = d_hidden[row, : len(layout.windows[w][0])]
         backprop_windows(d_windows)
         return []
 
     return encodings, backprop
-
-
-def _merge_windows(xp: Any, hidden: List[Floats2d], seg: _Segment, size: int) -> Tuple[Any, Any]:
-    """A segment's [CLS] vector (mean over its windows) and its wordpiece vectors,
-    each from the window that owns the wordpiece."""
-    plan, w0 = seg.plan, seg.first_window
-    seg_hidden = hidden[w0 : w0 + len(plan.spans)]
-    if plan.single:
-        return seg_hidden[0][0], seg_hidden[0][1 : 1 + len(seg.pieces.ids)]
-    cls = xp.stack([h[0] for h in seg_hidden]).mean(0)
-    # +1 skips the window's [CLS]
-    stacked = xp.stack([h[1 : 1 + size] for h in _padded(xp, seg_hidden, size)])
-    return cls, stacked[xp.asarray(plan.owner), xp.asarray(plan.position)]
-
-
-def _padded(xp: Any, windows: List[Floats2d], size: int) -> List[Floats2d]:
-    """Pad each window's output to size + 2 rows so they can be stacked."""
-    out = []
-    for h in windows:
-        if h.shape[0] < size + 2:
-            pad = xp.zeros((size + 2 - h.shape[0], h.shape[1]), dtype=h.dtype)
-            h = xp.concatenate([h, pad])
-        out.append(h)
-    return out

@@ -2,16 +2,17 @@
 thinc Model, composed with `chain`; widths are inferred in `init`.
 """
 
-from typing import Any, Callable, List, Literal, Optional, Tuple, cast
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, cast
 
 import numpy
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Dropout, Linear, Model, chain, glorot_uniform_init, ragged2list, with_array
-from thinc.types import Floats1d, Floats2d, Ragged
+from thinc.types import Floats1d, Floats2d, Ints1d, Ragged
 
-from .align import align_tokens
+from .align import TokenArrays, align_batch, token_arrays
 from .types import DocEncoding, DocEncodingGrad
+from .windows import segment_sums
 
 Pooling = Literal["cls", "mean"]
 Activation = Literal["none", "tanh", "relu", "gelu"]
@@ -135,7 +136,12 @@ def token_features(
     case_features: bool = False,
 ) -> Model[List[Doc], Ragged]:
     """One vector per spaCy token, from the wordpieces aligned to it by characters,
-    optionally followed by the token's casing features (`case_features_of`).
+    optionally followed by the token's casing features (`case_features_batch`).
+
+    The whole batch is one array problem: the docs' wordpiece vectors are
+    concatenated once, every token of the batch is aligned in one pass
+    (`align.align_batch`), and the token vectors are one gather (a prefix-sum
+    difference for "mean" over several wordpieces).
 
     RETURNS (Model[List[Doc], Ragged]): All docs' token vectors, concatenated,
         with the number of tokens of each doc as lengths.
@@ -147,40 +153,55 @@ def token_features(
     def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[Ragged, Callable]:
         xp = model.ops.xp
         encodings, backprop_encoder = encoder(docs, is_train)
-        rows = []
-        plans = []
-        for doc, enc in zip(docs, encodings):
-            alignment = align_tokens(doc, enc.offsets)
-            starts = numpy.asarray(alignment.starts)
-            lengths = numpy.asarray(alignment.lengths)
-            if token_vector == "first":
-                lengths = numpy.minimum(lengths, 1)
-            plans.append((starts, lengths, len(enc.wordpieces)))
-            rows.append(_segment_mean(xp, enc.wordpieces, starts, lengths, encoder))
         width = encoder.get_dim("nO")
-        data = xp.concatenate(rows) if rows else xp.zeros((0, width), dtype="f")
+        tokens = token_arrays(docs)
+        alignment = align_batch(docs, [enc.offsets for enc in encodings], tokens)
+        starts = numpy.asarray(alignment.starts)  # into the batch's wordpieces
+        lengths = numpy.asarray(alignment.lengths)
+        if token_vector == "first":
+            lengths = numpy.minimum(lengths, 1)
+        n_pieces = [len(enc.wordpieces) for enc in encodings]
+        pieces = concat_wordpieces(xp, encodings, width)  # (n_pieces, width)
+        data = _segment_mean(xp, pieces, starts, lengths, width)  # (n_tokens, width)
         if case_features:
-            cases = [case_features_of(doc) for doc in docs]
-            flags = numpy.concatenate(cases) if cases else numpy.zeros((0, N_CASE_FEATURES), "f")
+            flags = case_features_batch(docs, tokens)  # (n_tokens, N_CASE_FEATURES)
             data = xp.concatenate([data, xp.asarray(flags)], axis=1)
-        sizes = model.ops.asarray1i([len(doc) for doc in docs])
+        sizes = model.ops.asarray1i(cast(Ints1d, tokens.sizes))
 
         def backprop(d_ragged: Ragged) -> List[Doc]:
             d_all = cast(Floats2d, d_ragged.dataXd)
             d_tokens = d_all[:, :width]  # the casing features have no parameters
-            grads = []
-            offset = 0
-            for starts, lengths, n_pieces in plans:
-                n_tokens = len(starts)
-                d_doc = d_tokens[offset : offset + n_tokens]
-                offset += n_tokens
-                d_pieces = _backprop_segment_mean(xp, d_doc, starts, lengths, n_pieces)
-                grads.append(DocEncodingGrad(d_wordpieces=d_pieces))
+            d_pieces = _backprop_segment_mean(xp, d_tokens, starts, lengths, sum(n_pieces))
+            bounds = numpy.cumsum([0] + n_pieces).tolist()
+            grads = [
+                DocEncodingGrad(d_wordpieces=d_pieces[bounds[i] : bounds[i + 1]])
+                for i in range(len(n_pieces))
+            ]
             return backprop_encoder(grads)
 
         return Ragged(data, sizes), backprop
 
     return Model("token_features", forward, layers=[encoder], dims={"nO": None})
+
+
+def concat_wordpieces(xp: Any, encodings: List[DocEncoding], width: int) -> Floats2d:
+    """The wordpiece vectors of a batch's docs, end to end. (n_pieces, width)
+
+    When the encodings are the consecutive docs of one encoder batch (the usual
+    case in `nlp.pipe`), that is the batch's own array, not a copy."""
+    if not encodings:
+        return xp.zeros((0, width), dtype="f")
+    first = encodings[0].batch
+    if first is not None and first.start == 0:
+        end = 0
+        for enc in encodings:
+            if enc.batch is None or enc.batch.array is not first.array or enc.batch.start != end:
+                break
+            end += len(enc.wordpieces)
+        else:
+            if end == len(first.array):
+                return first.array
+    return xp.concatenate([enc.wordpieces for enc in encodings])
 
 
 # Casing classes (one-hot) + a sentence-start flag.
@@ -189,6 +210,30 @@ N_CASE_FEATURES = 7
 
 # Without sentence boundaries on a doc, a token after one of these starts a sentence.
 _SENTENCE_END = {".", "!", "?", "...", "\n"}
+# The casing class of a word and whether a sentence ends after it depend only on
+# its text, so they are computed once per word type (keyed by the string's hash,
+# which does not depend on the vocab): code = class + 8 * ends_sentence.
+_WORD_CODES: Dict[int, int] = {}
+_MAX_WORD_CODES = 1_000_000
+
+
+def word_code(text: str) -> int:
+    """Casing class (lower, Title, UPPER, mixed letters, digits without letters,
+    other) of a token's text, plus 8 if a sentence may start after it."""
+    letters = [c for c in text if c.isalpha()]
+    if letters:
+        if all(c.islower() for c in letters):
+            kind = 0
+        elif letters[0].isupper() and all(c.islower() for c in letters[1:]):
+            kind = 1
+        elif all(c.isupper() for c in letters):
+            kind = 2
+        else:
+            kind = 3
+    else:
+        kind = 4 if any(c.isdigit() for c in text) else 5
+    ends = text in _SENTENCE_END or "\n" in text
+    return kind + 8 * ends
 
 
 def case_features_of(doc: Doc) -> numpy.ndarray:
@@ -196,38 +241,47 @@ def case_features_of(doc: Doc) -> numpy.ndarray:
     without letters, other) and whether the token starts a sentence: from the
     doc's sentence boundaries, or if it has none, after sentence-final punctuation
     or a line break. (n_tokens, 7)"""
-    out = numpy.zeros((len(doc), N_CASE_FEATURES), dtype="f")
-    has_sentences = doc.has_annotation("SENT_START")
-    for i, token in enumerate(doc):
-        letters = [c for c in token.text if c.isalpha()]
-        if letters:
-            if all(c.islower() for c in letters):
-                kind = 0
-            elif letters[0].isupper() and all(c.islower() for c in letters[1:]):
-                kind = 1
-            elif all(c.isupper() for c in letters):
-                kind = 2
-            else:
-                kind = 3
-        else:
-            kind = 4 if any(c.isdigit() for c in token.text) else 5
-        out[i, kind] = 1.0
-        if has_sentences:
-            starts = i == 0 or token.is_sent_start is True
-        else:
-            previous = doc[i - 1].text if i else ""
-            starts = i == 0 or previous in _SENTENCE_END or "\n" in previous
-        out[i, 6] = float(starts)
+    return case_features_batch([doc])
+
+
+def case_features_batch(docs: List[Doc], tokens: Optional[TokenArrays] = None) -> numpy.ndarray:
+    """`case_features_of` for a batch of docs, their tokens end to end: one lookup
+    per distinct word of the batch, the rest on whole arrays. (n_tokens, 7)"""
+    if tokens is None:
+        tokens = token_arrays(docs)
+    n_tokens = len(tokens.orth)
+    out = numpy.zeros((n_tokens, N_CASE_FEATURES), dtype="f")
+    if n_tokens == 0:
+        return out
+    types, inverse = numpy.unique(tokens.orth, return_inverse=True)
+    codes_of_types = [_WORD_CODES.get(orth) for orth in types.tolist()]
+    if None in codes_of_types:
+        strings = docs[0].vocab.strings
+        if len(_WORD_CODES) > _MAX_WORD_CODES:
+            _WORD_CODES.clear()
+        for i, orth in enumerate(types.tolist()):
+            if codes_of_types[i] is None:
+                codes_of_types[i] = _WORD_CODES[orth] = word_code(strings[orth])
+    codes = numpy.asarray(codes_of_types, dtype="i")[inverse.reshape(-1)]
+    out[numpy.arange(n_tokens), codes & 7] = 1.0
+    # A sentence starts at a doc's first token, at a marked boundary (docs with
+    # sentence boundaries), or after a sentence-final token (docs without).
+    has_sentences = numpy.asarray([doc.has_annotation("SENT_START") for doc in docs], bool)
+    marked = numpy.repeat(has_sentences, tokens.sizes)
+    after_end = numpy.concatenate(([True], codes[:-1] >= 8))
+    starts = numpy.where(marked, tokens.sent_start == 1, after_end)
+    starts[tokens.doc_starts[tokens.sizes > 0]] = True
+    out[:, 6] = starts
     return out
 
 
 def _segment_mean(
-    xp: Any, pieces: Floats2d, starts: numpy.ndarray, lengths: numpy.ndarray, encoder: Model
+    xp: Any, pieces: Floats2d, starts: numpy.ndarray, lengths: numpy.ndarray, width: int
 ) -> Floats2d:
     """Mean of pieces[start : start + length] for each token; zeros where length is 0."""
     n_tokens = len(starts)
     if n_tokens == 0 or len(pieces) == 0:
-        return xp.zeros((n_tokens, encoder.get_dim("nO")), dtype="f")
+        return xp.zeros((n_tokens, width), dtype="f")
     if int(lengths.max()) <= 1:  # one piece per token: a gather
         rows = pieces[xp.asarray(numpy.minimum(starts, len(pieces) - 1))]
         return rows * xp.asarray(lengths, dtype="f")[:, None]
@@ -257,12 +311,17 @@ def _backprop_segment_mean(
 
 
 def _scatter_add(xp: Any, table: Any, indices: numpy.ndarray, values: Any) -> None:
-    if xp is numpy:
-        numpy.add.at(table, indices, values)
+    if not _is_cupy(xp):
+        xp.add.at(table, indices, values)
     else:  # cupy
         import cupyx
 
         cupyx.scatter_add(table, xp.asarray(indices), values)
+
+
+def _is_cupy(xp: Any) -> bool:
+    """Whether `xp` is cupy (which has `cuda`) rather than numpy (or a wrapper of it)."""
+    return hasattr(xp, "cuda")
 
 
 def cls_pooling() -> Model[List[DocEncoding], Floats2d]:
@@ -283,16 +342,23 @@ def cls_pooling() -> Model[List[DocEncoding], Floats2d]:
 
 
 def mean_pooling() -> Model[List[DocEncoding], Floats2d]:
-    """The mean of each doc's wordpiece vectors ([CLS] for a doc with none)."""
+    """The mean of each doc's wordpiece vectors ([CLS] for a doc with none), for
+    the whole batch at once: one concatenation, one segment sum."""
 
     def forward(
         model: Model, encodings: List[DocEncoding], is_train: bool
     ) -> Tuple[Floats2d, Callable]:
         xp = model.ops.xp
-        rows = [
-            enc.wordpieces.mean(axis=0) if len(enc.wordpieces) else enc.cls for enc in encodings
-        ]
-        X = xp.stack(rows) if rows else xp.zeros((0, 0), "f")
+        if not encodings:
+            return xp.zeros((0, 0), "f"), lambda dX: []
+        width = encodings[0].width
+        counts = numpy.asarray([len(enc.wordpieces) for enc in encodings], dtype="i")
+        cls = xp.stack([enc.cls for enc in encodings])  # (n_docs, width)
+        pieces = concat_wordpieces(xp, encodings, width)  # (n_pieces, width)
+        sums = segment_sums(xp, pieces, counts)  # (n_docs, width)
+        has = counts > 0
+        means = sums / xp.asarray(numpy.maximum(counts, 1), dtype="f")[:, None]
+        X = xp.where(xp.asarray(has)[:, None], means, cls) if not has.all() else means
 
         def backprop(dX: Floats2d) -> List[DocEncodingGrad]:
             grads = []

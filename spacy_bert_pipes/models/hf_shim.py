@@ -68,8 +68,15 @@ os.register_at_fork(
 HIDDEN_LAYERS = ("last", "sum_last_four", "concat_last_four")
 # Autocast dtype of each precision. "int8" runs fp32 in training and dynamically
 # quantized linear layers (int8 weights, activations quantized per batch) at predict
-# time on the CPU; "auto" is resolved by `resolve_precision` when the model loads.
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": None}
+# time on the CPU; "tf32" is fp32 with TensorFloat-32 matmuls on CUDA (Ampere and
+# newer; fp32 on the CPU); "auto" is resolved by `resolve_precision` on the device.
+PRECISIONS = {
+    "fp32": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "int8": None,
+    "tf32": None,
+}
 PRECISION_CHOICES = (*PRECISIONS, "auto")
 
 
@@ -96,17 +103,85 @@ def cpu_has_fast_bf16() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """Turn "auto" into a concrete precision for a device; other values pass through.
+def cuda_has_bf16(device: torch.device) -> bool:
+    """Whether a CUDA device computes bf16 natively (compute capability 8.0+)."""
+    return torch.cuda.get_device_capability(device)[0] >= 8
 
-    "auto" picks bf16 on GPUs that support it and on CPUs with AMX / AVX-512 BF16,
-    and fp32 elsewhere, so no machine gets a slower default than fp32.
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """Turn "auto" into a concrete precision for a device; other values pass through,
+    except "tf32", which is "fp32" off CUDA.
+
+    "auto" picks the fastest precision that keeps accuracy: bf16 on GPUs that
+    compute it natively (Ampere and newer; their attention runs without cuDNN's
+    per-shape plans, see `attention_backends`) and on CPUs with AMX / AVX-512 BF16,
+    fp32 elsewhere, so no machine gets a slower default than fp32. Banking77 and
+    CoNLL-2003 scores of a bf16 prediction are within 0.1 point of fp32 (docs/precision.md).
     """
+    if precision == "tf32":
+        return "tf32" if device.type == "cuda" else "fp32"
     if precision != "auto":
         return precision
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if cuda_has_bf16(device) else "fp32"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
+
+
+# Padding a bf16 batch on a CPU: AMX multiplies bf16 in tiles of 16 rows, and lengths
+# rounded to 16 leave oneDNN fewer kernel shapes to build and cache, but every padded
+# position is computed as well. Round up to 16 only where that adds at most
+# PAD_MAX_EXTRA of the batch's length (long windows), else to 8 under the same limit,
+# else not at all (short queries: 20 wordpieces rounded to 32 were 60% more work).
+PAD_MAX_EXTRA = 0.125
+
+
+def padded_length(longest: int, precision: str, device: torch.device) -> int:
+    """The length a predict batch whose longest window has `longest` wordpieces is
+    padded to, for a precision (as configured; "auto" resolved here) on a device."""
+    if device.type != "cpu" or resolve_precision(precision, device) != "bf16":
+        return longest
+    for multiple in (16, 8):
+        rounded = -(-longest // multiple) * multiple
+        if rounded - longest <= PAD_MAX_EXTRA * longest:
+            return rounded
+    return longest
+
+
+def attention_backends(device: torch.device) -> contextlib.AbstractContextManager:
+    """Where scaled-dot-product attention may run for a predict batch on a device.
+
+    On CUDA torch prefers cuDNN's attention for bf16/fp16 with a mask (sm90: H100),
+    and cuDNN builds an execution plan for every new (batch, length) shape: with
+    length-sorted batches of varied sizes almost every batch is a new shape, which
+    made bf16 2.5-3.5x slower than fp32 on an H100. Flash / memory-efficient / math
+    kernels need no per-shape plan, so cuDNN attention is left out. No change on the
+    CPU.
+    """
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    )
+
+
+@contextlib.contextmanager
+def float32_matmuls(precision: str, device: torch.device) -> Iterator[None]:
+    """With precision "tf32" on CUDA, fp32 matmuls (and cuDNN convolutions) use
+    TensorFloat-32 inside this block; torch's process-wide setting is restored after."""
+    if resolve_precision(precision, device) != "tf32":
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    before_cudnn = torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+        torch.backends.cudnn.allow_tf32 = before_cudnn
 
 
 class TransformerModule(torch.nn.Module):
@@ -182,12 +257,15 @@ class TransformerModule(torch.nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor,
         case_ids: Optional[torch.Tensor] = None,
+        precision: Optional[str] = None,
     ) -> torch.Tensor:
+        """precision: the autocast precision of this call (default: the module's)."""
         # input_ids, attention_mask, token_type_ids, case_ids: (batch, length)
         kwargs: Dict[str, torch.Tensor] = {"attention_mask": attention_mask}
         if self.uses_token_types:
             kwargs["token_type_ids"] = token_type_ids
-        dtype = PRECISIONS[resolve_precision(self.precision, input_ids.device)]
+        device = input_ids.device
+        dtype = PRECISIONS[resolve_precision(precision or self.precision, device)]
         with torch.autocast(
             device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
         ):
@@ -269,10 +347,19 @@ class HFShim(Shim):
         precision: str = "fp32",
         frozen_layers: Union[int, str] = 0,
         case_embeddings: bool = False,
+        predict_precision: Optional[str] = None,
     ):
+        """precision: training (and, when predict_precision is None, prediction)
+        precision; predict_precision: the precision of `predict`."""
         super().__init__(None, config={}, optimizer=None)
+        if predict_precision is not None and predict_precision not in PRECISION_CHOICES:
+            raise ValueError(
+                f"predict_precision must be one of {list(PRECISION_CHOICES)}, "
+                f"got {predict_precision!r}"
+            )
         self.hidden_layers = hidden_layers
         self.precision = precision
+        self.predict_precision = predict_precision
         self.frozen_layers = frozen_layers
         self.case_embeddings = case_embeddings
         self._tokenizer: Any = None
@@ -280,6 +367,7 @@ class HFShim(Shim):
         # precision "bf16" / "int8": a reduced-precision copy of the module for
         # predict, rebuilt after the weights change (optimizer step, load, use_params).
         self._reduced: Optional[torch.nn.Module] = None
+        self._reduced_precision = ""
 
     # --- state -------------------------------------------------------------
     @property
@@ -329,39 +417,58 @@ class HFShim(Shim):
         return not any(p.requires_grad for p in self.module.parameters())
 
     # --- running -----------------------------------------------------------
+    @property
+    def prediction_precision(self) -> str:
+        """What `predict` runs in on this device: predict_precision (or, unset,
+        precision) with "auto" resolved."""
+        setting = self.predict_precision or self.precision
+        return resolve_precision(setting, self.device)
+
     def length_multiple(self, is_train: bool) -> int:
-        """Pad each batch's length to a multiple of this: 16 when predicting in
-        bf16 on a CPU, else 1. AMX multiplies bf16 in tiles of 16 rows, and
-        lengths rounded to 16 leave oneDNN far fewer kernel shapes to build and
-        cache; in fp32 the extra padding only costs time."""
+        """The multiple a predict batch's length is rounded up to when long enough:
+        16 in bf16 on a CPU, else 1 (see `padded_length`, which decides per batch)."""
         if is_train or self.device.type != "cpu":
             return 1
-        return 16 if resolve_precision(self.precision, self.device) == "bf16" else 1
+        return 16 if self.prediction_precision == "bf16" else 1
+
+    def padded_length(self, longest: int, is_train: bool) -> int:
+        """The length of a batch whose longest window has `longest` wordpieces."""
+        if is_train:
+            return longest
+        return padded_length(longest, self.prediction_precision, self.device)
 
     def __call__(self, inputs: Tuple[Any, ...], is_train: bool) -> Tuple[Any, Callable]:
         if is_train and not self.fully_frozen:
             return self.begin_update(inputs)
-        return self.predict(inputs), _no_backprop
+        # A fully frozen encoder in training runs without gradients, but in the
+        # training precision: the heads learn from what `precision` computes.
+        precision = resolve_precision(self.precision, self.device) if is_train else None
+        return self.predict(inputs, precision=precision), _no_backprop
 
     def _to_tensors(self, inputs: Tuple[Any, ...]) -> List[torch.Tensor]:
         device = self.device
         return [xp2torch(arr, device=device).long() for arr in inputs]
 
-    def predict(self, inputs: Tuple[Any, ...]) -> Any:
+    def predict(self, inputs: Tuple[Any, ...], precision: Optional[str] = None) -> Any:
         """Run a batch (ids, mask, segment ids[, casing classes]; each (batch, length))
-        without gradients."""
-        module = self._inference_module()
+        without gradients, in `precision` (default: the prediction precision)."""
+        precision = precision or self.prediction_precision
+        module = self._inference_module(precision)
         # Module.train()/eval() walk every submodule, which cost ~7% of nlp.pipe time
         # on short texts when done twice a batch: switch only when needed and stay
         # in eval mode (begin_update switches back to training itself).
         if module.training:
             module.eval()
-        with torch.inference_mode():
-            hidden = module(*self._to_tensors(inputs))
+        # the reduced copies compute in their own dtype: no autocast on top
+        autocast = "fp32" if module is not self._model else precision
+        device = self.device
+        with torch.inference_mode(), attention_backends(device):
+            with float32_matmuls(precision, device):
+                hidden = module(*self._to_tensors(inputs), precision=autocast)
         # (batch, length, width)
         return torch2xp(hidden)
 
-    def _inference_module(self) -> torch.nn.Module:
+    def _inference_module(self, precision: str) -> torch.nn.Module:
         """The module predict runs: the fp32 module itself, or for "bf16" and "int8" a
         reduced-precision copy made on first use and dropped when the weights change.
 
@@ -372,10 +479,9 @@ class HFShim(Shim):
         weight scales (per-tensor scales lost ~1 point of Banking77 accuracy).
         """
         module = self.module
-        precision = resolve_precision(self.precision, self.device)
         if precision not in ("bf16", "int8"):
             return module
-        if self._reduced is None:
+        if self._reduced is None or self._reduced_precision != precision:
             reduced = copy.deepcopy(module).eval()
             if precision == "bf16":
                 reduced.to(torch.bfloat16)
@@ -397,6 +503,7 @@ class HFShim(Shim):
                         reduced, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
                     )
             self._reduced = reduced
+            self._reduced_precision = precision
         return self._reduced
 
     def begin_update(self, inputs: Tuple[Any, ...]) -> Tuple[Any, Callable]:
@@ -407,7 +514,8 @@ class HFShim(Shim):
                 "use 'bf16' or 'fp32' to train on the CPU"
             )
         module.train()
-        hidden = module(*self._to_tensors(inputs))
+        with float32_matmuls(self.precision, self.device):
+            hidden = module(*self._to_tensors(inputs))
 
         def backprop(d_hidden: Any) -> None:
             # d_hidden: (batch, length, width)
@@ -419,7 +527,8 @@ class HFShim(Shim):
             # in finish_update. Unscaling here would divide the gradients already
             # accumulated from earlier batches by the scale again.
             grad = self._grad_scaler.scale([grad], inplace=True)[0]
-            torch.autograd.backward(hidden, grad_tensors=grad)
+            with float32_matmuls(self.precision, self.device):
+                torch.autograd.backward(hidden, grad_tensors=grad)
 
         return torch2xp(hidden.detach()), backprop
 
@@ -439,7 +548,8 @@ class HFShim(Shim):
                     param.data = xp2torch(data, device=param.device)
         for _, param in params:
             param.grad = None
-        self._reduced = None
+        if params:  # the weights changed (a frozen encoder keeps its reduced copy)
+            self._reduced = None
         self._grad_scaler.update()
         # free memory back to the OS when the heap has grown (see `memory`): RSS stays flat
         trim_if_grown()

@@ -8,7 +8,7 @@ follow a B-X or I-X, ...), so decoding can never produce a broken entity.
 """
 
 from dataclasses import dataclass
-from typing import List, Literal, Optional, Sequence, Tuple, cast
+from typing import List, Literal, Optional, Sequence, Tuple
 
 import numpy
 
@@ -94,34 +94,69 @@ def viterbi_batch(
     tag_set: TagSet,
     forced: Optional[Sequence[Optional[numpy.ndarray]]] = None,
 ) -> List[numpy.ndarray]:
-    """`viterbi` for several sequences at once.
+    """`viterbi` for several sequences at once (see `viterbi_ragged`)."""
+    sizes = numpy.asarray([len(lp) for lp in log_probs], dtype="i")
+    n_tags = len(tag_set.tags)
+    flat = (
+        numpy.concatenate([numpy.asarray(lp).reshape((-1, n_tags)) for lp in log_probs])
+        if len(log_probs)
+        else numpy.zeros((0, n_tags))
+    )
+    flat_forced = None
+    if forced is not None:
+        flat_forced = numpy.zeros((len(flat),), dtype=bool)
+        bounds = numpy.cumsum(sizes) - sizes
+        for start, doc_forced in zip(bounds.tolist(), forced):
+            if doc_forced is not None:
+                flat_forced[start : start + len(doc_forced)] = doc_forced
+    path = viterbi_ragged(flat, sizes, tag_set, flat_forced)
+    return numpy.split(path, numpy.cumsum(sizes)[:-1]) if len(sizes) else []
 
-    Sequences whose own best tags already form a valid sequence are returned
-    directly; the others are decoded together, one vectorised step per token
-    position instead of one Python loop per sequence.
+
+def viterbi_ragged(
+    log_probs: numpy.ndarray,
+    sizes: numpy.ndarray,
+    tag_set: TagSet,
+    forced: Optional[numpy.ndarray] = None,
+) -> numpy.ndarray:
+    """`viterbi` for a batch of sequences laid end to end.
+
+    log_probs (numpy.ndarray): Log-probabilities of the tags. (n_tokens, n_tags)
+    sizes (numpy.ndarray): Tokens of each sequence. (n_seqs,)
+    forced (Optional[numpy.ndarray]): Tokens that must be "O". (n_tokens,)
+    RETURNS (numpy.ndarray): The tag index of each token. (n_tokens,)
+
+    The unconstrained best path (each token's own best tag) scores at least as
+    high as any valid path, so where it is valid it is the answer; a trained
+    tagger's output usually is. The greedy path and its validity are computed for
+    the whole batch with array operations; only the sequences where it breaks a
+    constraint are searched, together (`_viterbi_padded`).
     """
-    paths: List[Optional[numpy.ndarray]] = [None] * len(log_probs)
-    pending: List[Tuple[int, numpy.ndarray]] = []
-    for i, doc_log_probs in enumerate(log_probs):
-        if len(doc_log_probs) == 0:
-            paths[i] = numpy.zeros((0,), dtype="i")
-            continue
-        scores = numpy.asarray(doc_log_probs, dtype="f8").copy()
-        doc_forced = None if forced is None else forced[i]
-        if doc_forced is not None and doc_forced.any():
-            scores[doc_forced, 1:] = -numpy.inf  # column 0 is "O"
-        # The unconstrained best path (each token's own best tag) scores at least
-        # as high as any valid path, so when it is valid it is the answer; a
-        # trained tagger's output usually is.
-        greedy = scores.argmax(axis=1).astype("i")
-        if is_valid_array(greedy, tag_set):
-            paths[i] = greedy
-        else:
-            pending.append((i, scores))
-    if pending:
-        for (i, _), path in zip(pending, _viterbi_padded([s for _, s in pending], tag_set)):
-            paths[i] = path
-    return [cast(numpy.ndarray, path) for path in paths]
+    sizes = numpy.asarray(sizes, dtype="i")
+    scores = numpy.asarray(log_probs, dtype="f8").copy()
+    if forced is not None and forced.any():
+        scores[forced, 1:] = -numpy.inf  # column 0 is "O"
+    path = scores.argmax(axis=1).astype("i") if len(scores) else numpy.zeros((0,), "i")
+    n_seqs = len(sizes)
+    if len(path) == 0:
+        return path
+    starts = numpy.cumsum(sizes) - sizes
+    nonempty = sizes > 0
+    first = starts[nonempty]
+    last = (starts + sizes - 1)[nonempty]
+    # A break: a disallowed transition inside a sequence, a bad first or last tag.
+    broken = numpy.zeros((len(path),), dtype=bool)
+    broken[1:] = ~tag_set.allowed[path[:-1], path[1:]]
+    broken[first] = ~tag_set.start[path[first]]  # the step into a sequence is no transition
+    broken[last] |= ~tag_set.end[path[last]]
+    if not broken.any():
+        return path
+    seq_of_token = numpy.repeat(numpy.arange(n_seqs), sizes)
+    pending = numpy.unique(seq_of_token[broken]).tolist()
+    decoded = _viterbi_padded([scores[starts[i] : starts[i] + sizes[i]] for i in pending], tag_set)
+    for i, seq_path in zip(pending, decoded):
+        path[starts[i] : starts[i] + sizes[i]] = seq_path
+    return path
 
 
 def _viterbi_padded(scores: List[numpy.ndarray], tag_set: TagSet) -> List[numpy.ndarray]:
@@ -176,24 +211,67 @@ def is_valid(path: Sequence[int], tag_set: TagSet) -> bool:
 
 def path_to_spans(path: Sequence[int], tag_set: TagSet) -> List[Tuple[int, int, str]]:
     """Entities (start token, end token exclusive, label) of a valid tag sequence."""
-    spans: List[Tuple[int, int, str]] = []
-    begin = -1
-    for i, tag_id in enumerate(path):
-        prefix, label = split_tag(tag_set.tags[tag_id])
-        if prefix in ("B", "U") or prefix == OUTSIDE:
-            if begin >= 0:
-                spans.append((begin, i, split_tag(tag_set.tags[path[begin]])[1]))
-                begin = -1
-            if prefix == "U":
-                spans.append((i, i + 1, label))
-            elif prefix == "B":
-                begin = i
-        elif prefix == "L":
-            spans.append((begin, i + 1, label))
-            begin = -1
-    if begin >= 0:
-        spans.append((begin, len(path), split_tag(tag_set.tags[path[begin]])[1]))
-    return spans
+    path_array = numpy.asarray(path, dtype="i").reshape((-1,))
+    entities = ragged_entities(path_array, numpy.asarray([len(path_array)], "i"), tag_set)
+    return [
+        (start, end, tag_set.labels[label])
+        for start, end, label in zip(
+            entities.starts.tolist(), entities.ends.tolist(), entities.labels.tolist()
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Entities:
+    """Entities of a batch of tag sequences, in order, as parallel arrays.
+
+    seqs (numpy.ndarray): The sequence (doc) of each entity. (n_entities,)
+    starts, ends (numpy.ndarray): Token offsets in its sequence, end exclusive.
+    labels (numpy.ndarray): Index into the tag set's labels. (n_entities,)
+    flat_starts, flat_ends (numpy.ndarray): The same offsets in the batch's tokens.
+    """
+
+    seqs: numpy.ndarray
+    starts: numpy.ndarray
+    ends: numpy.ndarray
+    labels: numpy.ndarray
+    flat_starts: numpy.ndarray
+    flat_ends: numpy.ndarray
+
+
+def ragged_entities(path: numpy.ndarray, sizes: numpy.ndarray, tag_set: TagSet) -> Entities:
+    """The entities of valid tag sequences laid end to end (`viterbi_ragged`).
+
+    An entity opens at a B- or U- tag and takes the I- and L- tags that follow;
+    a valid path never runs one into the next sequence (a sequence cannot start
+    with I- or L-), but the end is clipped to the sequence all the same.
+    """
+    prefixes = [split_tag(tag)[0] for tag in tag_set.tags]
+    opens = numpy.asarray([p in ("B", "U") for p in prefixes], dtype=bool)
+    goes_on = numpy.asarray([p in ("I", "L") for p in prefixes], dtype=bool)
+    label_of = numpy.asarray(
+        [tag_set.labels.index(split_tag(tag)[1]) if tag != OUTSIDE else -1 for tag in tag_set.tags],
+        dtype="i",
+    )
+    sizes = numpy.asarray(sizes, dtype="i")
+    seq_starts = numpy.cumsum(sizes) - sizes
+    n_tokens = len(path)
+    begins = numpy.flatnonzero(opens[path]) if n_tokens else numpy.zeros((0,), "int64")
+    stops = numpy.flatnonzero(~goes_on[path]) if n_tokens else numpy.zeros((0,), "int64")
+    stops = numpy.append(stops, n_tokens)
+    ends = stops[numpy.searchsorted(stops, begins, side="right")]
+    seqs = numpy.searchsorted(seq_starts, begins, side="right") - 1 if len(begins) else begins
+    seq_ends = (seq_starts + sizes)[seqs] if len(begins) else begins
+    ends = numpy.minimum(ends, seq_ends)
+    offset = seq_starts[seqs] if len(begins) else begins
+    return Entities(
+        seqs=seqs.astype("i"),
+        starts=(begins - offset).astype("i"),
+        ends=(ends - offset).astype("i"),
+        labels=label_of[path[begins]] if len(begins) else numpy.zeros((0,), "i"),
+        flat_starts=begins.astype("i"),
+        flat_ends=ends.astype("i"),
+    )
 
 
 def biluo_to_scheme(biluo: Sequence[Optional[str]], scheme: Scheme) -> List[Optional[str]]:

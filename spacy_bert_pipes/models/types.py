@@ -1,13 +1,23 @@
 """Plain data passed between the encoder and the heads (no torch here)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Literal, Optional
 
 import srsly
 from thinc.types import Floats1d, Floats2d, Ints2d
 
-# The values of BertEncoder.v1's `precision` setting.
-Precision = Literal["fp32", "bf16", "fp16", "int8", "auto"]
+# The values of BertEncoder.v2's `precision` and `predict_precision` settings.
+Precision = Literal["fp32", "bf16", "fp16", "int8", "tf32", "auto"]
+
+
+@dataclass
+class BatchSlice:
+    """Where a DocEncoding's wordpieces sit in the array of the batch it was
+    encoded in: `array[start : start + n_pieces]`. Heads use it to read a whole
+    batch's wordpieces without copying them; it is not serialized."""
+
+    array: Floats2d  # (n_pieces of the batch, width)
+    start: int
 
 
 @dataclass
@@ -19,22 +29,36 @@ class DocEncoding:
         window where that wordpiece has the most context on both sides. (n_pieces, width)
     offsets (Ints2d): Character offsets of each wordpiece in `doc.text`, end exclusive.
         (n_pieces, 2)
+    sep (Optional[Floats1d]): The final [SEP] vector, averaged like `cls`: with
+        `cls` and `wordpieces` it makes up every position sentence-transformers'
+        mean pooling averages (see `models/pooling.py`). None from encoders that do
+        not record it. (width,)
     """
 
     cls: Floats1d
     wordpieces: Floats2d
     offsets: Ints2d
+    sep: Optional[Floats1d] = None
+    batch: Optional[BatchSlice] = field(default=None, repr=False, compare=False)
 
     @property
     def width(self) -> int:
         return int(self.cls.shape[0])
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"cls": self.cls, "wordpieces": self.wordpieces, "offsets": self.offsets}
+        msg = {"cls": self.cls, "wordpieces": self.wordpieces, "offsets": self.offsets}
+        if self.sep is not None:
+            msg["sep"] = self.sep
+        return msg
 
     @classmethod
     def from_dict(cls, msg: Dict[str, Any]) -> "DocEncoding":
-        return cls(cls=msg["cls"], wordpieces=msg["wordpieces"], offsets=msg["offsets"])
+        return cls(
+            cls=msg["cls"],
+            wordpieces=msg["wordpieces"],
+            offsets=msg["offsets"],
+            sep=msg.get("sep"),
+        )
 
 
 # Backprop callback of an encoder: gradients per doc for the [CLS] vector and

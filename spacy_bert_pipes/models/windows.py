@@ -12,7 +12,7 @@ handled by the encoder. Conventions:
 """
 
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple, cast
+from typing import Any, List, Sequence, Tuple, cast
 
 import numpy
 from thinc.types import Ints1d
@@ -120,3 +120,23 @@ def pack_batches(
     if current:
         batches.append(current)
     return batches
+
+
+def segment_sums(xp: Any, rows: Any, counts: numpy.ndarray) -> Any:
+    """Sums of consecutive runs of `counts[i]` rows of a (n_rows, width) array
+    (numpy or cupy), zeros for an empty run, adding rows in order as
+    `rows[a:b].sum(axis=0)` does. (len(counts), width)"""
+    counts = numpy.asarray(counts)
+    out = xp.zeros((len(counts), rows.shape[1]), dtype=rows.dtype)
+    has = counts > 0
+    if not has.any():
+        return out
+    starts = (numpy.cumsum(counts) - counts)[has]
+    if not hasattr(xp, "cuda"):  # numpy (cupy has `cuda`)
+        out[has] = xp.add.reduceat(rows, starts, axis=0)
+    else:
+        import cupyx
+
+        segment = numpy.repeat(numpy.arange(len(counts)), counts)
+        cupyx.scatter_add(out, xp.asarray(segment), rows)
+    return out

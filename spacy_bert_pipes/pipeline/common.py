@@ -1,12 +1,20 @@
 """Small helpers shared by the components (no torch here)."""
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
+from spacy.util import minibatch
 from thinc.api import Model, Optimizer, set_dropout_rate
 
-from ..models.encoder import is_loaded
+from ..models.encoder import (
+    TokenizedBatch,
+    is_loaded,
+    provide_tokens,
+    segment_texts,
+    tokenize_texts,
+)
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
 from ..models.trf import is_trf_encoder
@@ -86,3 +94,66 @@ def train_step(
         pipe.finish_update(sgd)
     losses[pipe.name] += loss
     return losses
+
+
+def prefetching_pipe(
+    pipe: TrainablePipe, encoder: Model, stream: Iterable[Doc], batch_size: int
+) -> Iterator[Doc]:
+    """`TrainablePipe.pipe` for a component that runs its own BertEncoder, with
+    the wordpieces of batch k + 1 made in a worker thread while batch k runs.
+
+    The fast tokenizer releases the GIL, so its work leaves the main thread's
+    critical path. The Docs are read (texts, sentence spans) on the main thread;
+    the worker only tokenizes strings. The output is the same as without the
+    worker: the forward uses the wordpieces made for exactly its docs. An error
+    in the worker is raised for its batch (naming the text) and goes through the
+    component's error handler like any error of that batch. Training never goes
+    through here (`update` tokenizes in its own forward).
+    """
+    error_handler = pipe.get_error_handler()
+    pool = ThreadPoolExecutor(1, thread_name_prefix=f"{pipe.name}-tokenize")
+    try:
+        pending: Optional[Tuple[List[Doc], Future[TokenizedBatch]]] = None
+        for docs in minibatch(stream, size=batch_size):
+            try:
+                spans, texts = segment_texts(encoder, docs)
+            except Exception as error:
+                # docs that cannot be read: the batch fails now, like spaCy's pipe
+                if pending is not None:
+                    yield from _run_batch(pipe, encoder, *pending, error_handler)
+                    pending = None
+                error_handler(pipe.name, pipe, docs, error)
+                continue
+            future = pool.submit(_tokenized_batch, encoder, docs, spans, texts)
+            if pending is not None:
+                yield from _run_batch(pipe, encoder, *pending, error_handler)
+            pending = (docs, future)
+        if pending is not None:
+            yield from _run_batch(pipe, encoder, *pending, error_handler)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        provide_tokens(encoder, None)
+
+
+def _tokenized_batch(
+    encoder: Model, docs: List[Doc], spans: List[List[Tuple[int, int]]], texts: List[str]
+) -> TokenizedBatch:
+    return TokenizedBatch(docs, spans, tokenize_texts(encoder, texts, spans))
+
+
+def _run_batch(
+    pipe: TrainablePipe,
+    encoder: Model,
+    docs: List[Doc],
+    future: "Future[TokenizedBatch]",
+    error_handler: Callable[..., Any],
+) -> Iterator[Doc]:
+    try:
+        provide_tokens(encoder, future.result())
+        scores = pipe.predict(docs)
+        pipe.set_annotations(docs, scores)
+        yield from docs
+    except Exception as error:
+        error_handler(pipe.name, pipe, docs, error)
+    finally:
+        provide_tokens(encoder, None)

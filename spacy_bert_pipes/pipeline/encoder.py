@@ -1,6 +1,6 @@
 """`bert_encoder`: one encoder pass shared by several heads (listeners)."""
 
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
@@ -12,15 +12,16 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
-from .common import ensure_encoding_extension, load_encoder
+from .common import ensure_encoding_extension, load_encoder, prefetching_pipe
 
 DEFAULT_ENCODER_MODEL = """
 [model]
-@architectures = "spacy-bert-pipes.BertEncoder.v1"
+@architectures = "spacy-bert-pipes.BertEncoder.v2"
 max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
+predict_precision = "fp32"
 frozen_layers = 0
 hidden_layers = "last"
 """
@@ -102,6 +103,11 @@ class BertEncoderPipe(TrainablePipe):
                     self.add_listener(node, getattr(component, "name", ""))
 
     # --- the TrainablePipe contract -----------------------------------------
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Encode a stream of docs in batches, tokenizing the next batch in a
+        worker thread while a batch runs (`common.prefetching_pipe`)."""
+        return prefetching_pipe(self, self.model, stream, batch_size)
+
     def predict(self, docs: Iterable[Doc]) -> List[DocEncoding]:
         docs = list(docs)
         if not docs:

@@ -5,6 +5,7 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Literal,
     Optional,
@@ -23,18 +24,26 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
+from ..models.align import token_arrays
 from ..models.loaders import HFCheckpointLoader, TaggerWeights
 from ..models.tags import (
     OUTSIDE,
+    Entities,
     Scheme,
     TagSet,
     biluo_to_scheme,
     make_tag_set,
-    path_to_spans,
+    ragged_entities,
     split_tag,
-    viterbi_batch,
+    viterbi_ragged,
 )
-from .common import ensure_encoding_extension, load_encoder, own_encoder, train_step
+from .common import (
+    ensure_encoding_extension,
+    load_encoder,
+    own_encoder,
+    prefetching_pipe,
+    train_step,
+)
 
 DEFAULT_NER_MODEL = """
 [model]
@@ -44,11 +53,12 @@ dropout = 0.1
 nO = null
 
 [model.encoder]
-@architectures = "spacy-bert-pipes.BertEncoder.v1"
+@architectures = "spacy-bert-pipes.BertEncoder.v2"
 max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
+predict_precision = "fp32"
 frozen_layers = 0
 hidden_layers = "last"
 """
@@ -179,6 +189,15 @@ class BertEntityRecognizer(TrainablePipe):
         return 1
 
     # --- predict / annotate ---------------------------------------------------
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Annotate a stream of docs in batches. With its own encoder, the
+        component tokenizes the next batch in a worker thread while a batch runs
+        (`common.prefetching_pipe`); as a listener it only runs its head."""
+        encoder = own_encoder(self.model)
+        if encoder is None:
+            return super().pipe(stream, batch_size=batch_size)
+        return prefetching_pipe(self, encoder, stream, batch_size)
+
     def predict(self, docs: Iterable[Doc]) -> List[Floats2d]:
         """Tag probabilities per token of each doc. (n_tokens, n_tags). No side effects."""
         docs = list(docs)
@@ -196,44 +215,75 @@ class BertEntityRecognizer(TrainablePipe):
     def decode_batch(
         self, docs: Sequence[Doc], scores: Sequence[Floats2d]
     ) -> List[List[Tuple[int, int, str, float]]]:
-        """`decode` for a batch of docs: the docs whose tags need the constrained
-        search are decoded together."""
-        probs = [numpy.asarray(self.model.ops.to_numpy(p), dtype="f") for p in scores]
-        forced = [
-            numpy.fromiter((t.is_space for t in doc), dtype=bool, count=len(doc)) for doc in docs
-        ]
-        log_probs = [numpy.log(numpy.maximum(p, _MIN_PROB)) for p in probs]
-        paths = viterbi_batch(log_probs, self.tag_set, forced)
-        out = []
-        for p, path in zip(probs, paths):
-            # An entity's confidence is the mean probability of its tags: differences
-            # of a running sum give every mean at once.
-            chosen = p[numpy.arange(len(path)), path]
-            running = numpy.concatenate(([0.0], numpy.cumsum(chosen)))
-            out.append(
-                [
-                    (start, end, label, float((running[end] - running[start]) / (end - start)))
-                    for start, end, label in path_to_spans(path.tolist(), self.tag_set)
-                ]
-            )
+        """`decode` for a batch of docs."""
+        entities, confidences = self._decode_entities(docs, scores)
+        labels = self.tag_set.labels
+        out: List[List[Tuple[int, int, str, float]]] = [[] for _ in docs]
+        for seq, start, end, label, confidence in zip(
+            entities.seqs.tolist(),
+            entities.starts.tolist(),
+            entities.ends.tolist(),
+            entities.labels.tolist(),
+            confidences.tolist(),
+        ):
+            out[seq].append((start, end, labels[label], confidence))
         return out
+
+    def _decode_entities(
+        self, docs: Sequence[Doc], scores: Sequence[Floats2d]
+    ) -> Tuple[Entities, numpy.ndarray]:
+        """The entities of a batch and their confidences, decoded on the batch's
+        tokens laid end to end: one copy of the scores to the host, one greedy
+        pass, the constrained search only for the docs that need it."""
+        ops = self.model.ops
+        n_tags = len(self.tag_set.tags)
+        tokens = token_arrays(docs)
+        if len(scores):
+            # (n_tokens, n_tags), one device-to-host copy per batch
+            probs = numpy.asarray(ops.to_numpy(ops.xp.concatenate(list(scores))), dtype="f")
+        else:
+            probs = numpy.zeros((0, n_tags), dtype="f")
+        if len(probs) != len(tokens.idx):
+            raise ValueError(
+                f"'{self.name}' got scores for {len(probs)} tokens, but the {len(docs)} docs "
+                f"have {len(tokens.idx)}"
+            )
+        log_probs = numpy.log(numpy.maximum(probs, _MIN_PROB))
+        path = viterbi_ragged(log_probs, tokens.sizes, self.tag_set, tokens.is_space)
+        entities = ragged_entities(path, tokens.sizes, self.tag_set)
+        # An entity's confidence is the mean probability of its tags: differences
+        # of a running sum give every mean at once.
+        chosen = probs[numpy.arange(len(path)), path]
+        running = numpy.concatenate(([0.0], numpy.cumsum(chosen, dtype="f8")))
+        sums = running[entities.flat_ends] - running[entities.flat_starts]
+        confidences = sums / numpy.maximum(entities.flat_ends - entities.flat_starts, 1)
+        return entities, confidences
 
     def set_annotations(self, docs: Iterable[Doc], scores: List[Floats2d]) -> None:
         key = self.cfg["spans_key"]
         docs = list(docs)
-        for doc, entities in zip(docs, self.decode_batch(docs, scores)):
+        entities, confidences = self._decode_entities(docs, scores)
+        strings = self.vocab.strings
+        label_ids = [strings.add(label) for label in self.tag_set.labels]
+        # entities come in doc order: bounds[i]:bounds[i + 1] are doc i's
+        bounds = numpy.searchsorted(entities.seqs, numpy.arange(len(docs) + 1)).tolist()
+        starts, ends = entities.starts.tolist(), entities.ends.tolist()
+        labels, scores_list = entities.labels.tolist(), confidences.tolist()
+        ents_mode = self.cfg["annotate"] == "ents"
+        for i, doc in enumerate(docs):
             spans = []
-            confidences = []
-            for start, end, label, confidence in entities:
-                span = Span(doc, start, end, label=label)
-                span._.set(SCORE_ATTR, confidence)
+            for e in range(bounds[i], bounds[i + 1]):
+                span = Span(doc, starts[e], ends[e], label=label_ids[labels[e]])
+                span._.set(SCORE_ATTR, scores_list[e])
                 spans.append(span)
-                confidences.append(confidence)
-            if self.cfg["annotate"] == "ents":
+            if ents_mode:
                 doc.set_ents(spans, default="outside")
             else:
                 doc.spans[key] = SpanGroup(
-                    doc, name=key, spans=spans, attrs={"scores": confidences}
+                    doc,
+                    name=key,
+                    spans=spans,
+                    attrs={"scores": scores_list[bounds[i] : bounds[i + 1]]},
                 )
 
     # --- training ---------------------------------------------------------------

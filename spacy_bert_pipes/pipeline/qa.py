@@ -37,11 +37,12 @@ doc_stride = 128
 max_question_len = 64
 
 [model.encoder]
-@architectures = "spacy-bert-pipes.BertEncoder.v1"
+@architectures = "spacy-bert-pipes.BertEncoder.v2"
 max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
+predict_precision = "fp32"
 frozen_layers = 0
 hidden_layers = "last"
 """

@@ -5,6 +5,7 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Literal,
     Optional,
@@ -24,7 +25,13 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d
 
 from ..models.loaders import ClassifierWeights, HFCheckpointLoader
-from .common import ensure_encoding_extension, load_encoder, own_encoder, train_step
+from .common import (
+    ensure_encoding_extension,
+    load_encoder,
+    own_encoder,
+    prefetching_pipe,
+    train_step,
+)
 
 DEFAULT_TEXTCAT_MODEL = """
 [model]
@@ -36,11 +43,12 @@ dropout = 0.1
 nO = null
 
 [model.encoder]
-@architectures = "spacy-bert-pipes.BertEncoder.v1"
+@architectures = "spacy-bert-pipes.BertEncoder.v2"
 max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
+predict_precision = "fp32"
 frozen_layers = 0
 hidden_layers = "last"
 """
@@ -147,6 +155,15 @@ class BertTextCategorizer(TrainablePipe):
         return 1
 
     # --- predict / annotate ---------------------------------------------------
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Annotate a stream of docs in batches. With its own encoder, the
+        component tokenizes the next batch in a worker thread while a batch runs
+        (`common.prefetching_pipe`); as a listener it only runs its head."""
+        encoder = own_encoder(self.model)
+        if encoder is None:
+            return super().pipe(stream, batch_size=batch_size)
+        return prefetching_pipe(self, encoder, stream, batch_size)
+
     def predict(self, docs: Iterable[Doc]) -> Floats2d:
         """Probabilities per label. (n_docs, n_labels). No side effects."""
         docs = list(docs)
@@ -155,10 +172,11 @@ class BertTextCategorizer(TrainablePipe):
         return self.model.predict(docs)
 
     def set_annotations(self, docs: Iterable[Doc], scores: Floats2d) -> None:
-        scores = self.model.ops.to_numpy(scores)
-        for i, doc in enumerate(docs):
-            for j, label in enumerate(self.labels):
-                doc.cats[label] = float(scores[i, j])
+        # one copy to the host and one conversion to Python floats per batch
+        rows = self.model.ops.to_numpy(scores).tolist()
+        labels = self.labels
+        for doc, row in zip(docs, rows):
+            doc.cats.update(zip(labels, row))
 
     # --- training ---------------------------------------------------------------
     def update(

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from annotate_helpers import read_errors, read_output, run, save_tiny_pipeline
-from conftest import WORDS
+from helpers import WORDS
 
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, prepare_run
 from spacy_bert_pipes.annotate.ray import annotate_ray, run_annotation_ray

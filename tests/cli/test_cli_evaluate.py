@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 import pytest
 import spacy
 import torch
-from conftest import NER_TEXTS, SMALL_ENCODER, TRAIN_TEXTS, loader_config
+from helpers import NER_TEXTS, SMALL_ENCODER, TRAIN_TEXTS, loader_config
 from spacy.tokens import DocBin
 from typer.testing import CliRunner
 

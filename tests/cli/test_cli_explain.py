@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import spacy
 import torch
-from conftest import SMALL_ENCODER, loader_config, textcat_examples
+from helpers import SMALL_ENCODER, loader_config, textcat_examples
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app

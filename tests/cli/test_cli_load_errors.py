@@ -8,13 +8,13 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import pytest
 import spacy
-from conftest import NER_TEXTS, SMALL_ENCODER, loader_config, ner_examples
 from damage import rewrite_encoder
+from helpers import NER_TEXTS, SMALL_ENCODER, loader_config, ner_examples
 from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
-from spacy_bert_pipes.util import PipelineLoadError, load_pipeline
+from spacy_bert_pipes.loading import PipelineLoadError, load_pipeline
 
 runner = CliRunner()
 

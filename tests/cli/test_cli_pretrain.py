@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import torch
-from test_pretrain import write_texts
+from helpers import write_texts
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app

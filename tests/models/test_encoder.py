@@ -370,9 +370,11 @@ def test_bf16_is_close_to_fp32(tiny_bert, nlp):
         assert not numpy.array_equal(b.wordpieces, a.wordpieces)
 
 
-def test_bf16_predict_pads_batches_to_16_without_changing_outputs(tiny_bert, nlp, monkeypatch):
+def test_bf16_predict_pads_long_batches_without_changing_outputs(tiny_bert, nlp, monkeypatch):
+    from spacy_bert_pipes.models.hf_shim import padded_length
+
     docs = [nlp(SHORT), nlp(LONG), nlp("a b")]
-    encoder = make_encoder(tiny_bert, max_length=32, stride=8, precision="bf16")
+    encoder = make_encoder(tiny_bert, max_length=60, stride=8, precision="bf16")
     shim = encoder.shims[0]
     assert shim.length_multiple(is_train=False) == 16
     assert shim.length_multiple(is_train=True) == 1
@@ -386,11 +388,13 @@ def test_bf16_predict_pads_batches_to_16_without_changing_outputs(tiny_bert, nlp
 
     monkeypatch.setattr(type(shim), "predict", spy)
     padded = encoder.predict(docs)
-    assert widths and all(w % 16 == 0 for w in widths)
-    monkeypatch.setattr(type(shim), "length_multiple", lambda self, is_train: 1)
+    padded_widths = list(widths)
+    monkeypatch.setattr(type(shim), "padded_length", lambda self, longest, is_train: longest)
     widths.clear()
     unpadded = encoder.predict(docs)
-    assert any(w % 16 for w in widths)
+    # long batches rounded up (to 16 or 8), short ones left alone (hf_shim.padded_length)
+    assert padded_widths == [padded_length(w, "bf16", shim.device) for w in widths]
+    assert padded_widths != widths
     for a, b in zip(unpadded, padded):
         assert b.wordpieces.shape == a.wordpieces.shape
         # The padding is masked out; only bf16 rounding of other kernels differs.

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
-from conftest import write_tiny_bert
+from helpers import write_tiny_bert
 from transformers import BertForSequenceClassification, BertModel
 
 from spacy_bert_pipes.models.encoder import BertEncoder

@@ -8,7 +8,7 @@ import numpy
 import pytest
 import spacy
 import torch
-from conftest import WORDS
+from helpers import WORDS
 
 from spacy_bert_pipes.models.encoder import BertEncoder
 from spacy_bert_pipes.models.hf_shim import TransformerModule
@@ -106,7 +106,7 @@ def test_a_pipeline_annotates_every_doc_on_gpu(
 
 
 def assert_same_entities_under_faults(tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conftest import SMALL_ENCODER, loader_config, ner_examples
+    from helpers import SMALL_ENCODER, loader_config, ner_examples
 
     nlp = spacy.blank("en")
     nlp.add_pipe("bert_ner", config={"model": {"encoder": SMALL_ENCODER}})

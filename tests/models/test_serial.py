@@ -6,8 +6,8 @@ from typing import Any, Dict, Set
 
 import pytest
 import spacy
-from conftest import SMALL_ENCODER, loader_config, textcat_examples
 from damage import rewrite_encoder
+from helpers import SMALL_ENCODER, loader_config, textcat_examples
 
 from spacy_bert_pipes.models.serial import (
     DamagedEncoderError,
@@ -161,7 +161,7 @@ def test_load_pipeline_checks_spacy_transformers_tokenizers(
 ) -> None:
     """spacy-transformers writes saved tokenizer names unchecked; load_pipeline
     checks them before its `transformer` component loads."""
-    from spacy_bert_pipes.util import PipelineLoadError, load_pipeline
+    from spacy_bert_pipes.loading import PipelineLoadError, load_pipeline
 
     pipe = copy_pipeline(trf_pipeline, tmp_path / "pipe")
     temp_root = tmp_path / "temp"
@@ -179,7 +179,7 @@ def test_load_pipeline_checks_spacy_transformers_tokenizers(
 
 
 def test_intact_spacy_transformers_pipeline_loads(trf_pipeline: Path) -> None:
-    from spacy_bert_pipes.util import load_pipeline
+    from spacy_bert_pipes.loading import load_pipeline
 
     text = "my card still not arrived"
     assert load_pipeline(trf_pipeline)(text).cats == spacy.load(trf_pipeline)(text).cats

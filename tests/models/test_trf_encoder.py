@@ -8,7 +8,7 @@ from typing import Any, List
 import numpy
 import pytest
 import spacy
-from conftest import NER_TEXTS, TRAIN_TEXTS, ner_examples, textcat_examples
+from helpers import NER_TEXTS, TRAIN_TEXTS, ner_examples, textcat_examples
 from spacy.language import Language
 from spacy.util import registry
 

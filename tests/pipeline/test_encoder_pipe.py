@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import spacy
-from conftest import SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from helpers import SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
 from spacy.language import Language
 
 from spacy_bert_pipes.models import encoder as encoder_module

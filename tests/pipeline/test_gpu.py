@@ -5,7 +5,7 @@ from typing import Iterator
 
 import pytest
 import spacy
-from conftest import (
+from helpers import (
     NER_TEXTS,
     SMALL_ENCODER,
     TRAIN_TEXTS,

@@ -6,7 +6,7 @@ from typing import Any, List, Tuple
 import numpy
 import pytest
 import spacy
-from conftest import (
+from helpers import (
     NER_LABELS,
     NER_TEXTS,
     SMALL_ENCODER,

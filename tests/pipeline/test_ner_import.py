@@ -6,7 +6,7 @@ from typing import Any, List, Sequence
 import numpy
 import pytest
 import spacy
-from conftest import NER_TEXTS, ner_examples, write_tiny_bert
+from helpers import NER_TEXTS, ner_examples, write_tiny_bert
 from spacy.language import Language
 from spacy.tokens import Doc
 

@@ -5,7 +5,7 @@ from typing import Any, Dict, List
 
 import pytest
 import spacy
-from conftest import SMALL_ENCODER, loader_config
+from helpers import SMALL_ENCODER, loader_config
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example

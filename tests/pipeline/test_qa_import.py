@@ -5,7 +5,7 @@ from typing import Any, Dict, List
 
 import pytest
 import spacy
-from conftest import write_tiny_bert
+from helpers import write_tiny_bert
 from spacy.language import Language
 from spacy.training import Example
 

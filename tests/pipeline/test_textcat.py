@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-from conftest import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from helpers import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
 from spacy.language import Language
 from spacy.training import Example
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-from conftest import WORDS, write_tiny_bert
+from helpers import WORDS, write_tiny_bert
 from spacy.language import Language
 
 

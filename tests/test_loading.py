@@ -1,5 +1,5 @@
 """Loading a saved pipeline with its bert encoders at another precision
-(spacy_bert_pipes.util)."""
+(spacy_bert_pipes.loading)."""
 
 from pathlib import Path
 from typing import Dict
@@ -8,10 +8,10 @@ import numpy
 import pytest
 import spacy
 import torch
-from conftest import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
+from helpers import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
 from spacy.training import Example
 
-from spacy_bert_pipes.util import encoder_config_paths, load_pipeline
+from spacy_bert_pipes.loading import encoder_config_paths, load_pipeline
 
 torch.set_num_threads(1)
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
@@ -49,12 +49,15 @@ def test_encoder_config_paths_finds_the_component_and_the_head_encoders(pipeline
 def test_precision_is_set_on_every_encoder_and_saved_with_the_pipeline(
     pipeline: str, tmp_path: Path
 ) -> None:
+    # BertEncoder.v2: the prediction precision is set; training keeps its own
     nlp = load_pipeline(pipeline, precision="int8")
-    assert nlp.config["components"]["bert_encoder"]["model"]["precision"] == "int8"
-    assert nlp.config["components"]["bert_ner"]["model"]["encoder"]["precision"] == "int8"
+    encoder = nlp.config["components"]["bert_encoder"]["model"]
+    assert encoder["predict_precision"] == "int8" and encoder["precision"] == "fp32"
+    assert nlp.config["components"]["bert_ner"]["model"]["encoder"]["predict_precision"] == "int8"
     nlp.to_disk(tmp_path / "int8")
     again = spacy.load(tmp_path / "int8")
-    assert again.config["components"]["bert_ner"]["model"]["encoder"]["precision"] == "int8"
+    saved = again.config["components"]["bert_ner"]["model"]["encoder"]
+    assert saved["predict_precision"] == "int8"
 
 
 def test_int8_outputs_stay_close_to_fp32(pipeline: str) -> None:

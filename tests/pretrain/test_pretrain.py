@@ -11,7 +11,7 @@ import numpy
 import pytest
 import spacy
 import torch
-from conftest import SMALL_ENCODER, WORDS, loader_config, textcat_examples
+from helpers import SMALL_ENCODER, loader_config, textcat_examples, write_texts
 from safetensors.torch import load_file
 
 from spacy_bert_pipes.convert import ConversionError
@@ -24,16 +24,6 @@ from spacy_bert_pipes.pretrain import (
 )
 
 torch.set_num_threads(1)
-
-
-def write_texts(path: Path, n: int = 60, seed: int = 0) -> Path:
-    rng = random.Random(seed)
-    lines = []
-    for i in range(n):
-        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30)))
-        lines.append(json.dumps({"id": f"t{i}", "text": words}))
-    path.write_text("\n".join(lines) + "\n", encoding="utf8")
-    return path
 
 
 @pytest.fixture

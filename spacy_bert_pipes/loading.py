@@ -5,11 +5,12 @@ another precision.
 (a foreign folder, a broken config.cfg, damaged weights or tokenizer files) into
 one PipelineLoadError naming the folder, the component and the file.
 
-`precision` is a setting of `spacy-bert-pipes.BertEncoder.v1`, so a saved
-pipeline keeps the one it was trained with. `load_pipeline(path, precision=...)`
-overrides it in every encoder of the pipeline (a `bert_encoder` component's
-model, or a head's own `model.encoder`) at load time; listeners follow the
-encoder they listen to.
+Prediction precision is a setting of the encoder (`predict_precision` of
+`spacy-bert-pipes.BertEncoder.v2`, `precision` of v1, which uses one precision for
+training and prediction), so a saved pipeline keeps the one it was configured
+with. `load_pipeline(path, precision=...)` overrides it in every encoder of the
+pipeline (a `bert_encoder` component's model, or a head's own `model.encoder`) at
+load time; listeners follow the encoder they listen to.
 """
 
 import configparser
@@ -28,20 +29,30 @@ from .models.types import Precision
 T = TypeVar("T")
 
 ENCODER_ARCHITECTURE = "spacy-bert-pipes.BertEncoder.v1"
+# The setting that holds each encoder version's prediction precision.
+PREDICT_PRECISION_KEYS = {
+    ENCODER_ARCHITECTURE: "precision",
+    "spacy-bert-pipes.BertEncoder.v2": "predict_precision",
+}
 
 
 def encoder_config_paths(config: Dict[str, Any]) -> List[str]:
-    """The dotted config paths of every BertEncoder.v1 in a pipeline's config,
+    """The dotted config paths of every BertEncoder (v1, v2) in a pipeline's config,
     e.g. ["components.bert_encoder.model", "components.bert_ner.model.encoder"].
     """
-    paths = []
+    return list(_encoders(config))
+
+
+def _encoders(config: Dict[str, Any]) -> Dict[str, str]:
+    """{dotted path: architecture} of every BertEncoder in a pipeline's config."""
+    paths = {}
     for name, component in config.get("components", {}).items():
         model = component.get("model") or {}
-        if model.get("@architectures") == ENCODER_ARCHITECTURE:
-            paths.append(f"components.{name}.model")
+        if model.get("@architectures") in PREDICT_PRECISION_KEYS:
+            paths[f"components.{name}.model"] = model["@architectures"]
         encoder = model.get("encoder") or {}
-        if isinstance(encoder, dict) and encoder.get("@architectures") == ENCODER_ARCHITECTURE:
-            paths.append(f"components.{name}.model.encoder")
+        if isinstance(encoder, dict) and encoder.get("@architectures") in PREDICT_PRECISION_KEYS:
+            paths[f"components.{name}.model.encoder"] = encoder["@architectures"]
     return paths
 
 
@@ -87,8 +98,9 @@ def load_pipeline(
     folder, the component and the file.
 
     pipeline (Union[str, Path]): A folder saved with `nlp.to_disk`, or a package name.
-    precision (Optional[Precision]): "fp32", "bf16", "fp16", "int8" or "auto";
-        None keeps the precision each encoder was saved with.
+    precision (Optional[Precision]): The prediction precision: "fp32", "bf16",
+        "fp16", "int8", "tf32" or "auto"; None keeps the one each encoder was saved
+        with. (A v1 encoder's `precision`, a v2 encoder's `predict_precision`.)
     config (Optional[Dict[str, Any]]): Further config overrides, as for `spacy.load`.
     RETURNS (Language): The loaded pipeline.
     RAISES (PipelineLoadError): No such folder or package, a folder that is not
@@ -109,14 +121,16 @@ def load_pipeline(
     if precision is not None:
         if not folder.exists():  # a package: load it once as it is to read its config
             saved = _loaded(str(pipeline), lambda: dict(spacy.load(pipeline).config))
-        paths = encoder_config_paths(saved)
+        paths = _encoders(saved)
         if not paths:
             names = ", ".join(saved.get("nlp", {}).get("pipeline", [])) or "none"
             raise ValueError(
                 f"precision {precision!r} was asked for, but the pipeline {pipeline} has no "
                 f"{ENCODER_ARCHITECTURE} whose precision it could set (its components: {names})"
             )
-        overrides.update({f"{path}.precision": precision for path in paths})
+        overrides.update(
+            {f"{path}.{PREDICT_PRECISION_KEYS[arch]}": precision for path, arch in paths.items()}
+        )
     if not folder.exists():
         return _loaded(str(pipeline), lambda: spacy.load(pipeline, config=overrides))
     return _load_folder(folder, overrides)

@@ -1,0 +1,44 @@
+"""What the commands share: the typer app they register on, how they fail, and
+the options several of them take."""
+
+from typing import Any, NoReturn
+
+import typer
+
+app = typer.Typer(
+    name="bert-pipes",
+    help="BERT components for spaCy: convert data, pretrain, evaluate, report, assemble "
+    "pipelines, annotate collections and search their vectors.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def fail(message: str) -> NoReturn:
+    """Print the message in red on stderr and exit with status 1.
+
+    message (str): What went wrong, naming the file, line or option.
+    """
+    typer.secho(message, fg="red", err=True)
+    raise typer.Exit(code=1)
+
+
+def input_format_option() -> Any:
+    """--input-format of a command that reads a text collection (io.readers)."""
+    return typer.Option(
+        "auto",
+        "--input-format",
+        help="The input format; auto: by suffix, and a folder is a folder of .txt files",
+    )
+
+
+def text_column_option() -> Any:
+    """--text-column of a command that reads a text collection (io.readers)."""
+    return typer.Option(
+        "text", "--text-column", help="The column (CSV, Parquet) or field (JSONL) of the text"
+    )
+
+
+def lang_option(what: str = "the tokenizer") -> Any:
+    """--lang of a converter: the language of the blank pipeline it tokenizes with."""
+    return typer.Option("en", "--lang", help=f"Language code of {what}")

@@ -1,0 +1,96 @@
+"""`bert-pipes similar VECTORS QUERY`: the nearest rows of a vectors file."""
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from wasabi import Printer
+
+from ..io.errors import ConversionError
+from ..similar import IndexKind, Neighbour, VectorIndex, embed_texts, read_vectors
+from .common import app, fail
+
+
+@app.command("similar")
+def similar_cli(
+    vectors: Path = typer.Argument(
+        ...,
+        help="A .parquet or .jsonl file with an 'id' and a 'vector' column "
+        "(as `bert-pipes annotate --vectors` writes)",
+        metavar="VECTORS",
+    ),
+    query: Optional[str] = typer.Argument(
+        None, help="A text to look for (embedded with --pipeline)", metavar="QUERY"
+    ),
+    pipeline: Optional[str] = typer.Option(
+        None,
+        "--pipeline",
+        "-p",
+        help="The pipeline that embeds QUERY: one with a bert_vectors component, "
+        "the same encoder and pooling as the vectors",
+        show_default=False,
+    ),
+    row_id: Optional[str] = typer.Option(
+        None, "--id", help="Look for the rows nearest to this row of VECTORS instead of a text"
+    ),
+    k: int = typer.Option(10, "--top-k", "-k", min=1, help="How many neighbours to print"),
+    index_kind: str = typer.Option(
+        "flat", "--index", help="flat (exact) or hnsw (approximate, for large collections)"
+    ),
+    id_column: str = typer.Option("id", "--id-column", help="The column holding the ids"),
+    vector_column: str = typer.Option(
+        "vector", "--vector-column", help="The column holding the vectors"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table"),
+) -> None:
+    """Print the k rows of VECTORS most similar (cosine) to QUERY or to row --id."""
+    msg = Printer(no_print=as_json)
+    if (query is None) == (row_id is None):
+        fail("Give either a QUERY text or --id ROW_ID (not both)")
+    if query is not None and pipeline is None:
+        fail("A QUERY text needs --pipeline to embed it (or use --id ROW_ID)")
+    if index_kind not in ("flat", "hnsw"):
+        fail(f"--index must be flat or hnsw, not {index_kind!r}")
+    try:
+        collection = read_vectors(
+            vectors, id_column=id_column, vector_column=vector_column, progress=not as_json
+        )
+    except ConversionError as err:
+        fail(str(err))
+    kind: IndexKind = "hnsw" if index_kind == "hnsw" else "flat"
+    index = VectorIndex(collection, kind=kind, progress=not as_json)
+    exclude: Optional[List[int]] = None
+    if row_id is not None:
+        try:
+            row = index.row(row_id)
+        except KeyError as err:
+            fail(str(err.args[0]))
+        query_vectors = collection.vectors[row : row + 1]
+        exclude = [row]
+        title = f"Nearest to id {row_id!r}"
+    else:
+        from ..loading import load_pipeline
+
+        try:
+            nlp = load_pipeline(str(pipeline))
+        except OSError as err:
+            fail(f"{pipeline}: {err}")
+        try:
+            query_vectors = embed_texts(nlp, [str(query)])
+        except ValueError as err:
+            fail(f"{pipeline}: {err}")
+        title = f"Nearest to {query!r}"
+    try:
+        hits = index.search(query_vectors, k, exclude=exclude)[0]
+    except ValueError as err:
+        fail(str(err))
+    if as_json:
+        for rank, hit in enumerate(hits, 1):
+            print(json.dumps({"rank": rank, "id": hit.id, "cosine": round(hit.cosine, 6)}))
+        return
+    msg.table(_rows(hits), header=("rank", "id", "cosine"), aligns=("r", "l", "r"), title=title)
+
+
+def _rows(hits: List[Neighbour]) -> List[tuple]:
+    return [(rank, hit.id, f"{hit.cosine:.4f}") for rank, hit in enumerate(hits, 1)]

@@ -1,0 +1,71 @@
+"""Read labelled data into spaCy Docs and `.spacy` files.
+
+Text classification: the readers yield `TextcatRow`s, and `rows_to_docs` turns
+them into Docs with a score in `doc.cats` for every label. Named entities:
+`read_ner_docs` (or one of the readers it dispatches to) yields Docs with
+`doc.ents` set, from CoNLL columns, JSONL texts with character offsets, or
+spaCy v2 JSON. Question answering: `read_squad` and `read_restaurant8k` yield
+a Doc per context with its questions in `doc._.questions` and their reference
+answers in `doc._.gold_answers`. `write_docbin` saves any kind (with
+`store_user_data=True` for the QA extensions). Every problem with the data
+raises a `ConversionError` whose message starts with the place it was found,
+`"{path}:{line}: "` (`"{path}:record {n}: "` for a JSON list), so no row,
+token or entity is ever dropped or guessed at silently.
+
+fields.py      the helpers every reader shares (text and JSON files, JSON fields)
+textcat.py     TextcatRow, read_textcat_rows, read_nluplusplus, rows_to_docs ...
+ner.py         read_ner_docs, read_conll_ner, read_entity_jsonl, read_spacy_json
+qa.py          read_squad, read_restaurant8k
+docbin.py      write_docbin
+"""
+
+from ..io.errors import ConversionError
+from .docbin import write_docbin
+from .ner import (
+    AUTO_SPANS_FIELDS,
+    CONLL_DOCSTART,
+    NER_SUFFIXES,
+    NerFileFormat,
+    read_conll_ner,
+    read_entity_jsonl,
+    read_ner_docs,
+    read_spacy_json,
+)
+from .qa import RESTAURANT8K_QUESTIONS, RESTAURANT8K_SLOTS, read_restaurant8k, read_squad
+from .textcat import (
+    AUTO_LABEL_COLUMNS,
+    CSV_LABEL_SEPARATOR,
+    NLUPLUSPLUS_DOMAINS,
+    TextcatRow,
+    nluplusplus_labels,
+    read_labels_file,
+    read_nluplusplus,
+    read_textcat_rows,
+    rows_to_docs,
+)
+
+__all__ = [
+    "AUTO_LABEL_COLUMNS",
+    "AUTO_SPANS_FIELDS",
+    "CONLL_DOCSTART",
+    "CSV_LABEL_SEPARATOR",
+    "NER_SUFFIXES",
+    "NLUPLUSPLUS_DOMAINS",
+    "RESTAURANT8K_QUESTIONS",
+    "RESTAURANT8K_SLOTS",
+    "ConversionError",
+    "NerFileFormat",
+    "TextcatRow",
+    "nluplusplus_labels",
+    "read_conll_ner",
+    "read_entity_jsonl",
+    "read_labels_file",
+    "read_ner_docs",
+    "read_nluplusplus",
+    "read_restaurant8k",
+    "read_spacy_json",
+    "read_squad",
+    "read_textcat_rows",
+    "rows_to_docs",
+    "write_docbin",
+]

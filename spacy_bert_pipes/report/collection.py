@@ -1,0 +1,153 @@
+"""The section of an annotated collection (an output of `bert-pipes annotate`):
+its counts, error rows, categories, entities and answers per question."""
+
+from collections import Counter
+from typing import List, Tuple
+
+from .document import Block, Heading, Paragraph, Table, duration, pct, short
+from .inputs import CATEGORY_THRESHOLD, TIME_SUFFIX, Collection
+from .plots import (
+    Figures,
+    draw_count_bars,
+    draw_grouped_bars,
+)
+
+# Categories and entity labels of an annotated collection shown (the most frequent).
+TOP_LABELS = 20
+
+
+def collection_section(c: Collection, figures: Figures) -> List[Block]:
+    """The section of an annotated collection: its counts, errors and answers."""
+    seconds = (c.timing or {}).get("seconds")
+    speed = c.rows / seconds if isinstance(seconds, (int, float)) and seconds > 0 else None
+    rows = [
+        ["Rows annotated", str(c.rows)],
+        ["Error rows", str(c.error_rows)],
+        ["Wall time (h:mm:ss)", duration(seconds)],
+        ["Docs/s (rows annotated / wall time)", f"{speed:.1f}" if speed else "-"],
+        ["Docs with categories", str(c.docs_with_cats)],
+        ["Docs with an entity", str(c.docs_with_entities)],
+        ["Docs with an answer", str(c.docs_with_answers)],
+    ]
+    timed = f", timed by `{c.name}{TIME_SUFFIX}`" if c.timing is not None else ""
+    blocks: List[Block] = [
+        Heading(2, f"Annotated collection: {c.path.name}"),
+        Paragraph(f"The output of `bert-pipes annotate` in `{c.path}`{timed}."),
+        Table(["Annotation", "Value"], rows),
+    ]
+    if c.error_rows:
+        rows = [
+            [str(e.get("source", "-")), str(e.get("id")), short(str(e["reason"]), 160)]
+            for e in c.first_errors
+        ]
+        blocks += [
+            Paragraph(
+                f"{c.error_rows} input rows could not be annotated (`{c.errors_path}`); the first:"
+            ),
+            Table(["Source", "Id", "Reason"], rows, "lll"),
+        ]
+    if c.docs_with_cats:
+        top = _most_frequent(c.categories)
+        shown = f"the {len(top)} most frequent of" if len(top) < len(c.categories) else "all"
+        blocks += [
+            Heading(3, f"Categories of {c.path.name}"),
+            Paragraph(
+                f"Docs per category ({shown} {len(c.categories)} labels): a doc counts for "
+                f"each label of probability {CATEGORY_THRESHOLD} or more; "
+                f"{c.docs_without_category} of {c.docs_with_cats} docs have none."
+            ),
+            Table(
+                ["Category", "Docs", "% of docs"],
+                [[k, str(n), pct(n / c.docs_with_cats, 1)] for k, n in top],
+            ),
+        ]
+        blocks += figures.image(
+            f"annotated_{c.name}_categories",
+            f"Most frequent categories, {c.name}",
+            draw_count_bars,
+            top,
+            f"{c.path.name}: docs per category (p >= {CATEGORY_THRESHOLD}), "
+            f"{shown} {len(c.categories)}",
+            "docs",
+        )
+    if c.entities:
+        top = _most_frequent(c.entities)
+        shown = f"the {len(top)} most frequent of" if len(top) < len(c.entities) else "all"
+        blocks += [
+            Heading(3, f"Entities of {c.path.name}"),
+            Paragraph(
+                f"{sum(c.entities.values())} entities in {c.docs_with_entities} docs; "
+                f"per label ({shown} {len(c.entities)}):"
+            ),
+            Table(
+                ["Label", "Entities", "Docs"],
+                [[k, str(n), str(c.entity_docs[k])] for k, n in top],
+            ),
+        ]
+        blocks += figures.image(
+            f"annotated_{c.name}_entities",
+            f"Entities per label, {c.name}",
+            draw_count_bars,
+            top,
+            f"{c.path.name}: entities per label, {shown} {len(c.entities)}",
+            "entities",
+        )
+    asked = {k: c.answered[k] + c.null_answers[k] for k in set(c.answered) | set(c.null_answers)}
+    # A doc's own questions (e.g. SQuAD's, by question id) are asked once each:
+    # one row for all of them, not one per question.
+    keys = sorted(k for k, n in asked.items() if n > 1)
+    own = [k for k, n in asked.items() if n == 1]
+    groups: List[Tuple[str, int, float, int]] = [
+        (f"`{k}`", c.answered[k], c.answer_scores.get(k, 0.0), c.null_answers[k]) for k in keys
+    ]
+    if own:
+        groups.append(
+            (
+                f"each doc's own ({len(own)} questions asked of one doc each)",
+                sum(c.answered[k] for k in own),
+                sum(c.answer_scores.get(k, 0.0) for k in own),
+                sum(c.null_answers[k] for k in own),
+            )
+        )
+    if groups:
+        means = {name: total / n if n else None for name, n, total, _ in groups}
+        rows = [
+            [
+                name,
+                str(n),
+                pct(n / c.rows, 1),
+                f"{means[name]:.3f}" if means[name] is not None else "-",
+                str(null),
+            ]
+            for name, n, _, null in groups
+        ]
+        blocks += [
+            Heading(3, f"Answers of {c.path.name}"),
+            Paragraph(
+                "Per question: the docs with a non-empty answer, and the mean score of "
+                "their best one; the docs whose answers to it are all empty (the null "
+                "answer) are counted apart. Questions asked of a single doc are "
+                "counted together (answers, not docs)."
+            ),
+            Table(["Question", "Docs answered", "% of rows", "Mean score", "Null answer"], rows),
+        ]
+        blocks += figures.image(
+            f"annotated_{c.name}_answers",
+            f"Answers per question, {c.name}",
+            draw_grouped_bars,
+            [
+                (
+                    name.strip("`") if name.startswith("`") else "own questions",
+                    {"rows answered": n / c.rows, "mean score (x100)": means[name]},
+                    n,
+                )
+                for name, n, _, _ in groups
+            ],
+            f"{c.path.name}: answers per question (n: docs answered)",
+        )
+    return blocks
+
+
+def _most_frequent(counts: Counter, k: int = TOP_LABELS) -> List[Tuple[str, int]]:
+    """The k most frequent items, ties in alphabetical order."""
+    return sorted(counts.items(), key=lambda i: (-i[1], i[0]))[:k]

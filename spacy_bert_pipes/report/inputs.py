@@ -1,0 +1,315 @@
+"""The report's inputs: metrics JSONs and their runs, `bert-pipes evaluate`
+predictions, timing JSONs and annotated collections, read into `Inputs`."""
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from ..io.errors import ConversionError
+from ..io.output import errors_path_for, read_error_records, read_output_rows
+from .document import short
+
+PREDICTIONS_SUFFIX = "_predictions.jsonl"
+# Timing JSONs end in TIME_SUFFIX; `<run>_train_time.json` is a run's training time.
+TIME_SUFFIX = "_time.json"
+TRAIN_TIME = "_train_time"
+# An annotated doc counts for a category at this probability or more.
+CATEGORY_THRESHOLD = 0.5
+# Error rows of an annotated collection whose reasons are listed.
+MAX_ERROR_REASONS = 5
+
+
+class ReportError(ValueError):
+    """A metrics, predictions or annotations file cannot be read."""
+
+
+@dataclass
+class Run:
+    """One evaluated pipeline: a metrics JSON and what belongs to it.
+
+    name (str): The metrics file's stem, e.g. "textcat_full".
+    path (Path): The metrics JSON.
+    scores (Dict[str, Any]): Its contents.
+    timing (Optional[Dict[str, Any]]): `<name>_train_time.json`, if found.
+    predictions (List[Dict[str, Any]]): The records of `<name>_predictions.jsonl`.
+    predictions_path (Optional[Path]): That file, if found.
+    """
+
+    name: str
+    path: Path
+    scores: Dict[str, Any]
+    timing: Optional[Dict[str, Any]] = None
+    predictions: List[Dict[str, Any]] = field(default_factory=list)
+    predictions_path: Optional[Path] = None
+
+    @property
+    def tasks(self) -> List[str]:
+        """The tasks the scores cover: "textcat", "ner" (one per key prefix), "qa"."""
+        tasks = ["textcat"] if "cats_score" in self.scores else []
+        tasks += [f"ner:{prefix}" for prefix in ner_prefixes(self.scores)]
+        if "qa_f1" in self.scores:
+            tasks.append("qa")
+        return tasks
+
+    def components(self, task: str) -> Dict[str, List[Dict[str, Any]]]:
+        """The predictions of each component of a task ("textcat", "ner", "qa"),
+        as {component: [per-doc record, with "text" added]}."""
+        out: Dict[str, List[Dict[str, Any]]] = {}
+        for record in self.predictions:
+            for name, data in record.get("components", {}).items():
+                if data.get("task") == task:
+                    out.setdefault(name, []).append({**data, "text": record.get("text", "")})
+        return out
+
+
+@dataclass
+class Collection:
+    """An annotated collection: counts over the rows of a `bert-pipes annotate`
+    OUTPUT, gathered while streaming them (see `read_collection`).
+
+    name (str): The output's stem, e.g. "banking77" for `banking77.jsonl`.
+    path (Path): The output: a .jsonl, .csv or .parquet file, or a folder of shards.
+    rows (int): Rows annotated.
+    docs_with_cats (int): Rows with `cats` (not null).
+    categories (Counter): Label -> docs with a probability >= CATEGORY_THRESHOLD.
+    docs_without_category (int): Rows with `cats` but no such label.
+    entities (Counter): Label -> entities.
+    entity_docs (Counter): Label -> docs with an entity of the label.
+    docs_with_entities (int): Rows with at least one entity.
+    answered (Counter): Question key -> docs with a non-empty answer.
+    answer_scores (Dict[str, float]): Question key -> the sum over those docs of
+        the score of their best non-empty answer.
+    null_answers (Counter): Question key -> docs whose answers are all empty.
+    docs_with_answers (int): Rows with at least one non-empty answer.
+    errors_path (Optional[Path]): `<OUTPUT>.errors.jsonl`, if it exists.
+    error_rows (int): Its records (non-blank lines).
+    first_errors (List[Dict[str, Any]]): Its first MAX_ERROR_REASONS records.
+    timing (Optional[Dict[str, Any]]): `<name>_time.json`, if found.
+    """
+
+    name: str
+    path: Path
+    rows: int = 0
+    docs_with_cats: int = 0
+    categories: Counter = field(default_factory=Counter)
+    docs_without_category: int = 0
+    entities: Counter = field(default_factory=Counter)
+    entity_docs: Counter = field(default_factory=Counter)
+    docs_with_entities: int = 0
+    answered: Counter = field(default_factory=Counter)
+    answer_scores: Dict[str, float] = field(default_factory=dict)
+    null_answers: Counter = field(default_factory=Counter)
+    docs_with_answers: int = 0
+    errors_path: Optional[Path] = None
+    error_rows: int = 0
+    first_errors: List[Dict[str, Any]] = field(default_factory=list)
+    timing: Optional[Dict[str, Any]] = None
+
+    def add(self, row: Dict[str, Any], where: str) -> None:
+        """Count one output row; `where` ("file:line") names it in errors."""
+        if row.get("id") is None:
+            raise ReportError(f'{where}: a row without "id"')
+        cats, entities, answers = row["cats"], row["entities"], row["answers"]
+        if cats is not None and not (
+            isinstance(cats, dict) and all(_is_number(v) for v in cats.values())
+        ):
+            raise ReportError(f"{where}: cats is not {{label: probability}} or null: {_show(cats)}")
+        if not isinstance(entities, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("label"), str) for e in entities
+        ):
+            raise ReportError(
+                f"{where}: entities is not a list of {{label, ...}}: {_show(entities)}"
+            )
+        if not isinstance(answers, list) or not all(
+            isinstance(a, dict) and isinstance(a.get("key"), str) for a in answers
+        ):
+            raise ReportError(f"{where}: answers is not a list of {{key, ...}}: {_show(answers)}")
+        self.rows += 1
+        if cats is not None:
+            self.docs_with_cats += 1
+            labels = [label for label, p in cats.items() if p >= CATEGORY_THRESHOLD]
+            self.categories.update(labels)
+            self.docs_without_category += not labels
+        labels = [e["label"] for e in entities]
+        self.entities.update(labels)
+        self.entity_docs.update(set(labels))
+        self.docs_with_entities += bool(labels)
+        # the best non-empty answer per key (top_k > 1 gives several per key)
+        best: Dict[str, float] = {}
+        for answer in answers:
+            key, score = answer["key"], answer.get("score")
+            if answer.get("text"):
+                score = float(score) if _is_number(score) else 0.0
+                best[key] = max(best.get(key, score), score)
+        for key in best:
+            self.answered[key] += 1
+            self.answer_scores[key] = self.answer_scores.get(key, 0.0) + best[key]
+        self.null_answers.update({a["key"] for a in answers} - set(best))
+        self.docs_with_answers += bool(best)
+
+
+@dataclass
+class Inputs:
+    """Everything the report reads.
+
+    runs (List[Run]): The metrics files, in name order.
+    timings (Dict[str, Dict[str, Any]]): Every timing JSON, by file stem.
+    notes (List[str]): Files skipped, and why.
+    collections (List[Collection]): The annotated collections, in the order given.
+    """
+
+    runs: List[Run]
+    timings: Dict[str, Dict[str, Any]]
+    notes: List[str] = field(default_factory=list)
+    collections: List[Collection] = field(default_factory=list)
+
+
+def ner_prefixes(scores: Dict[str, Any]) -> List[str]:
+    """The prefixes of entity scores: "ents", and "spans_<key>" for span groups."""
+    prefixes = ["ents"] if "ents_f" in scores else []
+    prefixes += sorted(
+        key[: -len("_f")] for key in scores if key.startswith("spans_") and key.endswith("_f")
+    )
+    return prefixes
+
+
+def read_inputs(
+    paths: Sequence[Union[str, Path]],
+    predictions: Sequence[Union[str, Path]] = (),
+    annotations: Sequence[Union[str, Path]] = (),
+) -> Inputs:
+    """Gather the runs of metrics folders and files, and the annotated collections.
+
+    paths (Sequence[Union[str, Path]]): Metrics JSONs and folders of them (a
+        folder's `*.json`, `*_time.json` and `*_predictions.jsonl`).
+    predictions (Sequence[Union[str, Path]]): More predictions files; each
+        belongs to the run of its name (`<run>_predictions.jsonl`, or `<run>.jsonl`).
+    annotations (Sequence[Union[str, Path]]): Outputs of `bert-pipes annotate`
+        (see `read_collection`); each one's `<stem>_time.json` is looked for
+        among the timings of `paths`, then beside it.
+    RETURNS (Inputs): The runs with their timings and predictions, and the collections.
+    """
+    json_files: List[Path] = []
+    prediction_files: List[Path] = [Path(p) for p in predictions]
+    for path in map(Path, paths):
+        if path.is_dir():
+            json_files += sorted(path.glob("*.json"))
+            prediction_files += sorted(path.glob(f"*{PREDICTIONS_SUFFIX}"))
+        elif path.is_file():
+            json_files.append(path)
+        else:
+            raise ReportError(f"{path}: no such file or folder")
+    runs: Dict[str, Run] = {}
+    timings: Dict[str, Dict[str, Any]] = {}
+    notes: List[str] = []
+    for path in dict.fromkeys(json_files):
+        data = _read_json(path)
+        if path.name.endswith(TIME_SUFFIX):
+            timings[path.stem] = data
+        elif isinstance(data, dict) and _is_metrics(data):
+            if path.stem in runs:
+                raise ReportError(f"{path}: a second run named '{path.stem}'")
+            runs[path.stem] = Run(path.stem, path, data)
+        else:
+            notes.append(f"{path}: skipped (no cats_, ents_, spans_ or qa_ scores)")
+    for stem, timing in timings.items():
+        run = runs.get(stem[: -len(TRAIN_TIME)]) if stem.endswith(TRAIN_TIME) else None
+        if run is not None and isinstance(timing, dict):
+            run.timing = timing
+    for path in dict.fromkeys(prediction_files):
+        name = path.name
+        name = name[: -len(PREDICTIONS_SUFFIX)] if name.endswith(PREDICTIONS_SUFFIX) else path.stem
+        run = runs.get(name)
+        if run is None:
+            notes.append(f"{path}: skipped (no metrics JSON of a run '{name}')")
+            continue
+        run.predictions = read_predictions(path)
+        run.predictions_path = path
+    collections: Dict[str, Collection] = {}
+    for path in dict.fromkeys(map(Path, annotations)):
+        if path.stem in collections:
+            raise ReportError(f"{path}: a second annotated collection named '{path.stem}'")
+        collections[path.stem] = read_collection(path, timings)
+    runs_in_order = sorted(runs.values(), key=lambda r: r.name)
+    return Inputs(runs_in_order, timings, notes, list(collections.values()))
+
+
+def read_predictions(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """The records of a predictions JSONL file (see `evaluate`)."""
+    path = Path(path)
+    records = []
+    try:
+        with path.open(encoding="utf8") as file_:
+            for number, line in enumerate(file_, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ReportError(f"{path}:{number}: not JSON ({err})") from err
+                if not isinstance(record, dict) or not isinstance(record.get("components"), dict):
+                    raise ReportError(f"{path}:{number}: not a record of bert-pipes evaluate")
+                records.append(record)
+    except OSError as err:
+        raise ReportError(f"{path}: {err}") from err
+    return records
+
+
+def read_collection(
+    path: Union[str, Path], timings: Optional[Dict[str, Dict[str, Any]]] = None
+) -> Collection:
+    """Count the rows of a `bert-pipes annotate` OUTPUT, streaming them.
+
+    path (Union[str, Path]): A .jsonl, .csv or .parquet file, or a folder of
+        Parquet shards. Each row has "id", "cats" ({label: probability} or null),
+        "entities" and "answers" (in CSV and Parquet the last three as JSON text).
+        Its error rows are read from `<OUTPUT>.errors.jsonl`, if it exists.
+    timings (Optional[Dict[str, Dict[str, Any]]]): Timing JSONs by file stem;
+        `<stem>_time` is the annotation's wall time, else `<stem>_time.json`
+        beside the output.
+    RETURNS (Collection): The counts.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ReportError(f"{path}: no such file or folder")
+    collection = Collection(path.stem, path)
+    errors_path = errors_path_for(path)
+    try:
+        for where, row in read_output_rows(path):
+            collection.add(row, where)
+        if errors_path.is_file():
+            collection.errors_path = errors_path
+            for _, record in read_error_records(errors_path):
+                collection.error_rows += 1
+                if len(collection.first_errors) < MAX_ERROR_REASONS:
+                    collection.first_errors.append(record)
+    except ConversionError as err:  # not an output of annotate: the file and line say where
+        raise ReportError(str(err)) from err
+    timing_path = path.with_name(f"{path.stem}{TIME_SUFFIX}")
+    timing = (timings or {}).get(timing_path.stem)
+    if timing is None and timing_path.is_file():
+        timing = _read_json(timing_path)
+    if isinstance(timing, dict):
+        collection.timing = timing
+    return collection
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _show(value: Any, n: int = 80) -> str:
+    return short(json.dumps(value, ensure_ascii=False, default=str), n)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ReportError(f"{path}: {err}") from err
+
+
+def _is_metrics(data: Dict[str, Any]) -> bool:
+    return any(key.startswith(("cats_", "ents_", "spans_", "qa_")) for key in data)

@@ -1,0 +1,162 @@
+"""The section of a text classification run: scores, F1 per label, confusions
+of an exclusive classifier or the label errors of a multi-label one."""
+
+from collections import Counter
+from typing import Any, Dict, List, Tuple
+
+from .analysis import (
+    TOP_CONFUSED_LABELS,
+    confusion_counts,
+    f_of,
+    most_confused,
+)
+from .document import MAX_EXAMPLES, Block, Heading, Paragraph, Table, pct, short
+from .inputs import Run
+from .plots import (
+    Figures,
+    draw_confusion,
+    draw_f1_bars,
+)
+
+
+def textcat_section(run: Run, figures: Figures) -> List[Block]:
+    """The section of a run's text classification scores and predictions."""
+    s = run.scores
+    exclusive = s.get("cats_accuracy") is not None
+    per_label: Dict[str, Dict[str, float]] = s.get("cats_f_per_type") or {}
+    kind = "exclusive classes" if exclusive else "multi-label"
+    blocks: List[Block] = [
+        Heading(3, f"Text classification ({kind}, {len(per_label)} labels)"),
+    ]
+    overall = [
+        ("Accuracy (top label)", "cats_accuracy"),
+        ("Macro P", "cats_macro_p"),
+        ("Macro R", "cats_macro_r"),
+        ("Macro F", "cats_macro_f"),
+        ("Micro F", "cats_micro_f"),
+        ("Macro ROC AUC", "cats_macro_auc"),
+    ]
+    rows = [[name, pct(s[key])] for name, key in overall if s.get(key) is not None]
+    blocks.append(Table(["Score", "Value"], rows))
+    if per_label:
+        blocks += figures.image(
+            f"{run.name}_textcat_f1",
+            f"F1 per label, {run.name}",
+            draw_f1_bars,
+            per_label,
+            f"{run.name}: F1 per label ({len(per_label)} labels, worst first)",
+            s.get("cats_macro_f"),
+        )
+    support: Counter = Counter()
+    for name, records in run.components("textcat").items():
+        for record in records:
+            support.update(record["gold"])
+        if records and records[0].get("exclusive"):
+            blocks += _confusion(run, name, records, figures)
+        else:
+            blocks += _multilabel_errors(name, records)
+    if per_label:
+        rows = [
+            [label, pct(prf.get("p")), pct(prf.get("r")), pct(prf.get("f"))]
+            + ([str(support[label])] if support else [])
+            for label, prf in sorted(per_label.items(), key=lambda i: (f_of(i[1]), i[0]))
+        ]
+        header = ["Label", "P", "R", "F"] + (["Gold docs"] if support else [])
+        blocks += [Paragraph("Per label, worst F first:"), Table(header, rows)]
+    return blocks
+
+
+def _confusion(
+    run: Run, component: str, records: List[Dict[str, Any]], figures: Figures
+) -> List[Block]:
+    counts = confusion_counts(records)
+    n = sum(counts.values())
+    n_wrong = sum(v for (g, p), v in counts.items() if g != p)
+    blocks: List[Block] = [
+        Heading(4, f"Confusions of `{component}`"),
+        Paragraph(
+            f"{n_wrong} of {n} docs ({pct(n_wrong / n if n else None)}%) have a top label "
+            "other than their gold label. Rows are gold labels, columns predicted "
+            "labels; a cell is the share of the row's docs, its number the count."
+        ),
+    ]
+    top = most_confused(counts)
+    labels = sorted(
+        {label for pair in counts for label in pair} | set(run.scores.get("cats_f_per_type") or {}),
+        key=str.lower,
+    )
+    if top:
+        blocks += figures.image(
+            f"{run.name}_{component}_confusion_top",
+            f"Most confused labels, {run.name}",
+            draw_confusion,
+            counts,
+            top,
+            f"{run.name}: the {len(top)} most confused of {len(labels)} labels",
+            True,
+        )
+    if len(labels) > len(top) or not top:
+        blocks += figures.image(
+            f"{run.name}_{component}_confusion_all",
+            f"Confusion matrix, all labels, {run.name}",
+            draw_confusion,
+            counts,
+            labels,
+            f"{run.name}: all {len(labels)} labels (rows normalized; alphabetical)",
+            len(labels) <= TOP_CONFUSED_LABELS,
+        )
+    examples: Dict[Tuple[str, str], str] = {}
+    for record in records:
+        if record["gold"] and record["predicted"] and record["gold"] != record["predicted"]:
+            examples.setdefault((record["gold"][0], record["predicted"][0]), record["text"])
+    pairs = sorted(
+        ((v, g, p) for (g, p), v in counts.items() if g != p), key=lambda t: (-t[0], t[1], t[2])
+    )
+    if pairs:
+        rows = [
+            [gold, pred, str(v), short(examples.get((gold, pred), ""))]
+            for v, gold, pred in pairs[:MAX_EXAMPLES]
+        ]
+        blocks += [
+            Paragraph("The most frequent confusions, with one example each:"),
+            Table(["Gold", "Predicted", "Docs", "Example"], rows, "llrl"),
+        ]
+    return blocks
+
+
+def _multilabel_errors(component: str, records: List[Dict[str, Any]]) -> List[Block]:
+    missed: Counter = Counter()
+    added: Counter = Counter()
+    wrong = []
+    for record in records:
+        gold, pred = set(record["gold"]), set(record["predicted"])
+        missed.update(gold - pred)
+        added.update(pred - gold)
+        if gold != pred:
+            wrong.append(record)
+    n = len(records)
+    blocks: List[Block] = [
+        Heading(4, f"Errors of `{component}`"),
+        Paragraph(
+            f"{n - len(wrong)} of {n} docs ({pct((n - len(wrong)) / n if n else None)}%) "
+            "get exactly their gold labels."
+        ),
+    ]
+    labels = sorted(set(missed) | set(added), key=lambda k: (-(missed[k] + added[k]), k))
+    if labels:
+        rows = [[k, str(missed[k]), str(added[k])] for k in labels[:MAX_EXAMPLES]]
+        blocks.append(Table(["Label", "Missed (FN)", "Added (FP)"], rows))
+    if wrong:
+        rows = [
+            [
+                short(r["text"]),
+                ", ".join(sorted(r["gold"])) or "-",
+                ", ".join(sorted(r["predicted"])) or "-",
+            ]
+            for r in wrong[:MAX_EXAMPLES]
+        ]
+        blocks += [
+            Paragraph("Docs with wrong labels:"),
+            Table(["Text", "Gold", "Predicted"], rows, "lll"),
+        ]
+    return blocks

@@ -1,0 +1,69 @@
+"""`bert-pipes similar`: a text through a pipeline, or a row, against a vectors file."""
+
+import json
+from pathlib import Path
+
+import pytest
+import spacy
+from helpers import SMALL_ENCODER, loader_config
+from typer.testing import CliRunner
+
+from spacy_bert_pipes.cli import app
+
+runner = CliRunner()
+TEXTS = ["my card still not arrived", "exchange rate for cash", "hello world", "new york"]
+
+
+@pytest.fixture(scope="module")
+def vectors_pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("similar")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_vectors")
+    nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+    nlp.initialize()
+    nlp.to_disk(root / "pipeline")
+    rows = [{"id": f"t{i}", "vector": doc.vector.tolist()} for i, doc in enumerate(nlp.pipe(TEXTS))]
+    (root / "v.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def test_text_query_finds_itself(vectors_pipeline: Path) -> None:
+    root = vectors_pipeline
+    args = ["similar", str(root / "v.jsonl"), TEXTS[1], "--pipeline", str(root / "pipeline")]
+    result = runner.invoke(app, [*args, "-k", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [h["rank"] for h in hits] == [1, 2]
+    assert hits[0]["id"] == "t1" and hits[0]["cosine"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_row_query_and_table(vectors_pipeline: Path) -> None:
+    result = runner.invoke(app, ["similar", str(vectors_pipeline / "v.jsonl"), "--id", "t0"])
+    assert result.exit_code == 0, result.output
+    assert "Nearest to id 't0'" in result.stdout
+    assert "t1" in result.stdout and "t3" in result.stdout
+    lines = [line for line in result.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
+    assert lines and all("t0" not in line for line in lines)
+
+
+def test_clear_errors(vectors_pipeline: Path, tmp_path: Path) -> None:
+    file = str(vectors_pipeline / "v.jsonl")
+    result = runner.invoke(app, ["similar", file])
+    assert result.exit_code == 1 and "either a QUERY" in result.output
+    result = runner.invoke(app, ["similar", file, "hello"])
+    assert result.exit_code == 1 and "needs --pipeline" in result.output
+    result = runner.invoke(app, ["similar", file, "--id", "nope"])
+    assert result.exit_code == 1 and "no row has id 'nope'" in result.output
+    (tmp_path / "bad.jsonl").write_text('{"id": 1, "vector": [1, 2]}\n{"id": 2, "vector": [1]}\n')
+    result = runner.invoke(app, ["similar", str(tmp_path / "bad.jsonl"), "--id", "1"])
+    assert result.exit_code == 1 and "bad.jsonl:2: the vector has 1 values" in result.output
+    narrow = tmp_path / "narrow.jsonl"
+    narrow.write_text('{"id": 1, "vector": [1, 2]}\n')
+    pipeline = str(vectors_pipeline / "pipeline")
+    result = runner.invoke(app, ["similar", str(narrow), "hello", "--pipeline", pipeline])
+    assert result.exit_code == 1 and "width 32" in result.output and "have 2" in result.output
+    no_vectors = tmp_path / "plain"
+    spacy.blank("en").to_disk(no_vectors)
+    result = runner.invoke(app, ["similar", file, "hello", "--pipeline", str(no_vectors)])
+    assert result.exit_code == 1 and "no bert_vectors component" in result.output

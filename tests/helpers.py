@@ -1,0 +1,125 @@
+"""What several test modules share, imported as a module (`from helpers import ...`).
+
+Fixtures stay in conftest.py, which pytest loads by itself; conftest is not
+imported by the tests.
+"""
+
+import json
+import random
+import string
+from pathlib import Path
+from typing import Any, List
+
+WORDS = (
+    "the a an of to in and is was for on with card my i you it this that what how why "
+    "money bank transfer account payment refund pin new top up cash exchange rate "
+    "hello world paris london new york apple google john smith is in city company "
+    "not work working arrive arrived still waiting"
+).split()
+
+# Seen from the project root, the shared data sets are in ../shared/datasets.
+DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, records: List[Any]) -> Path:
+    return write(path, "\n".join(json.dumps(record) for record in records) + "\n")
+
+
+def write_texts(path: Path, n: int = 60, seed: int = 0) -> Path:
+    """A JSONL file of n random texts of WORDS, with ids "t0", "t1"..."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30)))
+        lines.append(json.dumps({"id": f"t{i}", "text": words}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf8")
+    return path
+
+
+def write_tiny_bert(path: Path, *, num_labels: int = 0, seed: int = 0) -> Path:
+    """A random 2-layer BERT (width 32) with a small WordPiece vocabulary."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    path.mkdir(parents=True, exist_ok=True)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = list(string.ascii_lowercase + string.digits + string.punctuation)
+    words = sorted(set(WORDS) - set(chars))
+    vocab = specials + chars + ["##" + c for c in chars] + words
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf8")
+    tokenizer = BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
+    tokenizer.save_pretrained(path)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(seed)
+    if num_labels:
+        from transformers import BertForSequenceClassification
+
+        config.num_labels = num_labels
+        config.id2label = {i: f"LABEL_{chr(65 + i)}" for i in range(num_labels)}
+        config.label2id = {v: k for k, v in config.id2label.items()}
+        model = BertForSequenceClassification(config)
+    else:
+        model = BertModel(config)
+    model.save_pretrained(path, safe_serialization=True)
+    return path
+
+
+LABELS = ["card", "fx", "other"]
+
+
+TRAIN_TEXTS = [
+    ("my card still not arrived", "card"),
+    ("why is my card not working", "card"),
+    ("exchange rate for cash", "fx"),
+    ("what exchange rate is this", "fx"),
+    ("hello world", "other"),
+    ("this is new york", "other"),
+]
+
+
+def textcat_examples(nlp, data=TRAIN_TEXTS, labels=LABELS):  # type: ignore[no-untyped-def]
+    from spacy.training import Example
+
+    return [
+        Example.from_dict(nlp.make_doc(text), {"cats": {lb: float(lb == gold) for lb in labels}})
+        for text, gold in data
+    ]
+
+
+def loader_config(path: Path) -> dict:
+    return {"encoder_loader": {"@misc": "spacy-bert-pipes.HFCheckpoint.v1", "source": str(path)}}
+
+
+SMALL_ENCODER = {"max_length": 16, "stride": 4, "max_batch_tokens": 256}
+
+
+NER_LABELS = ["LOC", "ORG", "PER"]
+
+
+# (text, [(start_char, end_char, label)])
+NER_TEXTS = [
+    ("john smith is in paris", [(0, 10, "PER"), (17, 22, "LOC")]),
+    ("apple is a company in london", [(0, 5, "ORG"), (22, 28, "LOC")]),
+    ("hello john", [(6, 10, "PER")]),
+    ("google is in new york", [(0, 6, "ORG"), (13, 21, "LOC")]),
+    ("the bank of london", [(12, 18, "LOC")]),
+    ("what is my pin", []),
+]
+
+
+def ner_examples(nlp, data=NER_TEXTS):  # type: ignore[no-untyped-def]
+    from spacy.training import Example
+
+    return [Example.from_dict(nlp.make_doc(text), {"entities": ents}) for text, ents in data]
