@@ -40,7 +40,7 @@ from ..io.readers import (
 )
 from ..io.rows import InputRow
 from .local import annotate, run_annotation
-from .prepare import load_pipeline, output_format_for, prepare_run
+from .prepare import check_output_location, load_pipeline, output_format_for, prepare_run
 from .types import (
     DEFAULT_MAX_LENGTH,
     AnnotateError,
@@ -62,6 +62,7 @@ __all__ = [
     "InputRow",
     "OutputFormat",
     "annotate",
+    "check_output_location",
     "doc_to_row",
     "error_row",
     "errors_path_for",

@@ -21,6 +21,9 @@ from ..memory import trim
 from .types import AnnotateOptions
 from .vectors import VectorError, doc_vector
 
+# The reason of a doc that ran out of memory even alone starts with this.
+OOM_PREFIX = "out of memory: "
+
 
 def read_rows(path: Path, options: AnnotateOptions) -> Iterator[InputRow]:
     """The input's rows, read with the options' format and columns."""
@@ -127,7 +130,9 @@ def _pipe(
 ) -> List[Union[Doc, str]]:
     """The Docs of a chunk. If the pipeline fails on the chunk, each doc is run
     alone, and those that fail alone become error rows (a string, the reason);
-    if every doc fails, the pipeline is broken, not the data: it raises."""
+    if every doc fails, the pipeline is broken, not the data: it raises, unless
+    they ran out of memory (a window too big for the device, see
+    `models.oom`): that is the docs' size, so they are error rows too."""
     try:
         docs = nlp.pipe(inputs, as_tuples=True, batch_size=batch_size, n_process=n_process)
         return [doc for doc, _ in docs]
@@ -138,7 +143,27 @@ def _pipe(
         try:
             results.append(next(iter(nlp.pipe([item], as_tuples=True)))[0])
         except Exception as err:  # the reason goes to the errors file
-            results.append(f"the pipeline failed on this text: {type(err).__name__}: {err}")
-    if all(isinstance(result, str) for result in results):
+            reason = _reason(err)
+            results.append(OOM_PREFIX + reason if _is_out_of_memory(err) else reason)
+    if all(isinstance(result, str) for result in results) and not all(
+        reason.startswith(OOM_PREFIX) for reason in results if isinstance(reason, str)
+    ):
         raise first_error
     return results
+
+
+def _reason(err: Exception) -> str:
+    return f"the pipeline failed on this text: {type(err).__name__}: {err}"
+
+
+def _is_out_of_memory(err: BaseException) -> bool:
+    """An out-of-memory error (MemoryError, torch's OutOfMemoryError, or the
+    typed error of a window that fits no batch), itself or as a cause."""
+    seen: Set[int] = set()
+    current: Optional[BaseException] = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MemoryError) or "OutOfMemory" in type(current).__name__:
+            return True
+        current = current.__cause__ or current.__context__
+    return False

@@ -8,7 +8,8 @@ from typing import Callable, Optional
 from spacy.language import Language
 
 from .chunks import annotate_chunk, checked_chunks
-from .parts import commit_chunk, finish, resumed_error_rows, start_parts
+from .lock import output_lock
+from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_parts
 from .prepare import load_pipeline, prepare_run
 from .progress import progress_bar
 from .types import AnnotateOptions, AnnotateRun, AnnotateSummary
@@ -23,7 +24,8 @@ def run_annotation(
     on_chunk: Optional[Callable[[int], None]] = None,
 ) -> AnnotateSummary:
     """Annotate the chunks not done yet, then write OUTPUT and
-    OUTPUT.errors.jsonl from the parts and delete `OUTPUT.parts`.
+    OUTPUT.errors.jsonl from the parts and delete `OUTPUT.parts`, holding
+    the lock on OUTPUT (see `lock`): a second run on the same OUTPUT is refused.
 
     run (AnnotateRun): The prepared run (see `prepare_run`).
     nlp (Language): The pipeline (see `load_pipeline`).
@@ -32,6 +34,17 @@ def run_annotation(
         annotates with the number of input rows read so far.
     RETURNS (AnnotateSummary): Row counts.
     """
+    with output_lock(run.output_path):
+        return _run(locked_run(run), nlp, progress=progress, on_chunk=on_chunk)
+
+
+def _run(
+    run: AnnotateRun,
+    nlp: Language,
+    *,
+    progress: bool,
+    on_chunk: Optional[Callable[[int], None]],
+) -> AnnotateSummary:
     bar = None
     input_rows = error_rows = resumed_rows = 0
     n_chunks = 0

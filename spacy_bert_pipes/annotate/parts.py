@@ -14,6 +14,7 @@ A process killed at any step leaves either a resumable parts folder or a
 finished OUTPUT; the next run removes what a kill left half-written.
 """
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
@@ -56,6 +57,14 @@ def committed_chunks(
             if (parts_dir / f"part-{index:06d}{ERRORS_SUFFIX}").exists():
                 done.add(index)
     return done
+
+
+def locked_run(run: AnnotateRun) -> AnnotateRun:
+    """The run with its committed chunks found again, once the engine holds
+    the lock on OUTPUT: a run that held it before may have committed more
+    since `prepare_run` looked (or finished: then the chunks are redone)."""
+    done = committed_chunks(run.parts_dir, run.manifest, run.output_format, run.options.overwrite)
+    return replace(run, done=frozenset(done))
 
 
 def start_parts(run: AnnotateRun) -> None:

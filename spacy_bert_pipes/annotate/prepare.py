@@ -2,16 +2,19 @@
 checked, the committed chunks of an unfinished run found (`prepare_run`),
 and the pipeline loaded and checked against the settings (`load_pipeline`)."""
 
+import os
+import tempfile
 from pathlib import Path
 
 from spacy.language import Language
 
 from ..io import durable
-from ..io.output import OUTPUT_SUFFIXES, OutputFormat, is_sharded_output
+from ..io.output import OUTPUT_SUFFIXES, OutputFormat, errors_path_for, is_sharded_output
 from ..io.readers import count_rows, input_format_for
 from ..loading import load_pipeline as load_with_precision
 from ..memory import bound_kernel_caches
 from .chunks import read_rows
+from .lock import lock_path_for
 from .manifest import make_manifest
 from .parts import committed_chunks
 from .types import PARTS_SUFFIX, VECTORS_DTYPES, AnnotateError, AnnotateOptions, AnnotateRun
@@ -53,8 +56,7 @@ def prepare_run(
     output_format = output_format_for(output_path)
     check_vectors_options(options, output_path, output_format)
     input_format = input_format_for(input_path, options.input_format)
-    if output_path.resolve() == input_path.resolve():
-        raise AnnotateError(f"{output_path}: the output would overwrite the input")
+    check_output_location(input_path, output_path)
     read_rows(input_path, options)  # checks the columns now
     total_rows = count_rows(input_path, input_format)
     manifest = make_manifest(pipeline, input_path, input_format, output_format, options)
@@ -74,6 +76,57 @@ def prepare_run(
         sharded=is_sharded_output(output_path)
         or durable.sibling(output_path, durable.TMP_SUFFIX).is_dir(),
     )
+
+
+def check_output_location(input_path: Path, output_path: Path) -> None:
+    """Check, before a pipeline is loaded, that the run can write OUTPUT and
+    the files beside it (OUTPUT.errors.jsonl, OUTPUT.parts, OUTPUT.lock):
+    raise `AnnotateError` naming the path and what is wrong. Only a probe
+    file is created (and removed) in OUTPUT's folder, where it exists.
+
+    input_path (Path): The input file or folder.
+    output_path (Path): The output file, or folder for Parquet shards.
+    """
+    output, source = output_path.resolve(), input_path.resolve()
+    if output == source:
+        raise AnnotateError(f"{output_path}: the output would overwrite the input")
+    if source.is_dir() and output.is_relative_to(source):
+        raise AnnotateError(
+            f"{output_path}: the output would be written inside the input folder {input_path}"
+        )
+    if source.is_relative_to(output):
+        raise AnnotateError(
+            f"{output_path}: the output folder would replace the input {input_path} inside it"
+        )
+    sharded = is_sharded_output(output_path)
+    if sharded and output_path.exists() and not output_path.is_dir():
+        raise AnnotateError(
+            f"{output_path}: is a file; a path without a suffix is a folder of Parquet shards"
+        )
+    parts_dir = durable.sibling(output_path, PARTS_SUFFIX)
+    if parts_dir.exists() and not parts_dir.is_dir():
+        raise AnnotateError(f"{parts_dir}: is a file, where the run keeps its parts folder")
+    for path, what in (
+        (errors_path_for(output_path), "errors file"),
+        (lock_path_for(output_path), "lock file"),
+    ):
+        if path.is_dir():
+            raise AnnotateError(f"{path}: is a folder, where the run writes its {what}")
+    folder = Path(os.path.abspath(output_path)).parent
+    while not folder.exists() and not folder.is_symlink():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise AnnotateError(
+            f"{output_path}: cannot create the output's folder: {folder} is a file, not a folder"
+        )
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".bert-pipes-probe-")
+    except OSError as err:
+        raise AnnotateError(
+            f"{output_path}: cannot write in {folder}: {err.strerror or err}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def check_vectors_options(options: AnnotateOptions, output_path: Path, output_format: str) -> None:
@@ -114,6 +167,8 @@ def load_pipeline(pipeline: str, options: AnnotateOptions) -> Language:
         nlp = load_with_precision(pipeline, precision=options.precision)
     except ValueError as err:  # a precision, but no bert encoder to set it on
         raise AnnotateError(str(err)) from None
+    except OSError as err:  # no such folder or package, or an unreadable file in it
+        raise AnnotateError(f"{pipeline}: cannot load the pipeline: {err}") from None
     if (options.questions or options.questions_column) and "bert_qa" not in set(
         nlp.pipe_factories.values()
     ):

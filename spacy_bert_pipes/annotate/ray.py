@@ -29,7 +29,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import spacy
 from spacy.language import Language
@@ -39,7 +39,8 @@ from ..io.output import VectorColumn, error_row
 from ..io.rows import InputRow
 from ..memory import bound_kernel_caches
 from .chunks import annotate_chunk, checked_chunks
-from .parts import commit_chunk, finish, resumed_error_rows, start_parts
+from .lock import output_lock
+from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_parts
 from .prepare import load_pipeline, prepare_run
 from .progress import progress_bar
 from .types import AnnotateError, AnnotateOptions, AnnotateRun, AnnotateSummary
@@ -57,10 +58,10 @@ class _Pending:
 
     errors: List[Dict[str, Any]]
     remaining: int
-    pieces: List[Tuple[int, List[Dict[str, Any]]]] = field(default_factory=list)
+    pieces: Dict[int, List[Dict[str, Any]]] = field(default_factory=dict)
 
     def outputs(self) -> List[Dict[str, Any]]:
-        return [row for _, rows in sorted(self.pieces, key=lambda p: p[0]) for row in rows]
+        return [row for _, rows in sorted(self.pieces.items()) for row in rows]
 
 
 def run_annotation_ray(
@@ -73,14 +74,23 @@ def run_annotation_ray(
     gpus_per_worker: float = 0.0,
     progress: bool = False,
     on_chunk: Optional[Callable[[int], None]] = None,
+    on_worker_chunk: Optional[Callable[[int], None]] = None,
 ) -> AnnotateSummary:
     """Annotate the chunks not done yet on Ray, then write OUTPUT and
     OUTPUT.errors.jsonl from the parts and delete `OUTPUT.parts`: the output
     of `run_annotation`, from `workers` actors that each hold the pipeline.
 
-    Without an address (and without `RAY_ADDRESS` set), it starts a local Ray
-    with `workers * cpus_per_worker` CPUs and stops it at the end; a Ray that
-    is already initialized in this process is used as it is.
+    It attaches to a running Ray cluster: the address given ("auto",
+    "ray://head:10001"...), else `RAY_ADDRESS`, else one started on this
+    machine with `ray start`; without any, it starts a local Ray with
+    `workers * cpus_per_worker` CPUs (the only case where it sets Ray's
+    resources) and stops it at the end. A Ray that is already initialized in
+    this process is used as it is.
+
+    The driver holds the lock on OUTPUT (see `lock`) for the whole run. An
+    actor that dies (its process killed, its node lost) is restarted by Ray
+    and its chunk given to an actor again; a chunk's rows count once however
+    often they come back, since the driver commits each chunk once.
 
     run (AnnotateRun): The prepared run (see `prepare_run`); its n_process
         must be 1.
@@ -97,6 +107,9 @@ def run_annotation_ray(
     progress (bool): Show a progress bar (stderr) over the rows.
     on_chunk (Optional[Callable[[int], None]]): Called after each chunk it
         commits with the number of rows committed so far.
+    on_worker_chunk (Optional[Callable[[int], None]]): Called in the actor,
+        before it annotates a chunk, with the chunk's index (it must pickle;
+        tests use it to find and kill an actor's process).
     RETURNS (AnnotateSummary): Row counts.
     """
     ray = _import_ray()
@@ -105,44 +118,63 @@ def run_annotation_ray(
         raise AnnotateError("n_process is for the local engine: the ray engine uses workers")
     if workers < 1 or cpus_per_worker <= 0 or gpus_per_worker < 0:
         raise AnnotateError("workers and cpus_per_worker must be positive, gpus_per_worker >= 0")
-    nlp = load_pipeline(pipeline, options)  # fails here, not in the actors
-    run = with_vectors(run, nlp)  # the width of the vector column, or an error now
-    config, data = nlp.config.to_str(), nlp.to_bytes()
-    del nlp
-    started = not ray.is_initialized()
-    local = started and address is None and not os.environ.get("RAY_ADDRESS")
-    if started:
+    with output_lock(run.output_path):
+        run = locked_run(run)
+        nlp = load_pipeline(pipeline, options)  # fails here, not in the actors
+        run = with_vectors(run, nlp)  # the width of the vector column, or an error now
+        config, data = nlp.config.to_str(), nlp.to_bytes()
+        del nlp
+        started = not ray.is_initialized()
+        local = started and _init(ray, address, math.ceil(workers * cpus_per_worker))
         try:
-            ray.init(
-                address=address,
-                num_cpus=math.ceil(workers * cpus_per_worker) if local else None,
-                include_dashboard=False,
-                logging_level=logging.WARNING,
+            gpus = ray.cluster_resources().get("GPU", 0)
+            if local and gpus < workers * gpus_per_worker:
+                # A cluster may add GPUs as actors ask for them; a local Ray never does.
+                raise AnnotateError(
+                    f"{workers} workers with {gpus_per_worker} GPU each need "
+                    f"{workers * gpus_per_worker:g} GPUs; this machine has {gpus:g}"
+                )
+            return _run(
+                ray,
+                run,
+                _Pipeline(config, ray.put(data)),
+                workers=workers,
+                cpus_per_worker=cpus_per_worker,
+                gpus_per_worker=gpus_per_worker,
+                progress=progress,
+                on_chunk=on_chunk,
+                on_worker_chunk=on_worker_chunk,
             )
-        except ConnectionError as err:
-            where = address or os.environ.get("RAY_ADDRESS")
-            raise AnnotateError(f"cannot connect to the Ray cluster at {where}: {err}") from None
+        finally:
+            if started:
+                ray.shutdown()
+
+
+def _init(ray: Any, address: Optional[str], num_cpus: int) -> bool:
+    """Connect to the Ray cluster at `address`, `RAY_ADDRESS` or started with
+    `ray start` on this machine, or else start a local one with `num_cpus`
+    CPUs. Ray refuses resources when it connects to a cluster, so they are
+    passed only where no cluster is named: if Ray then finds one started with
+    `ray start`, it is attached to without them.
+    RETURNS (bool): Whether a local Ray was started for this run."""
+    where = address or os.environ.get("RAY_ADDRESS")
+    settings: Dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
     try:
-        gpus = ray.cluster_resources().get("GPU", 0)
-        if local and gpus < workers * gpus_per_worker:
-            # A cluster may add GPUs as actors ask for them; a local Ray never does.
-            raise AnnotateError(
-                f"{workers} workers with {gpus_per_worker} GPU each need "
-                f"{workers * gpus_per_worker:g} GPUs; this machine has {gpus:g}"
-            )
-        return _run(
-            ray,
-            run,
-            _Pipeline(config, ray.put(data)),
-            workers=workers,
-            cpus_per_worker=cpus_per_worker,
-            gpus_per_worker=gpus_per_worker,
-            progress=progress,
-            on_chunk=on_chunk,
-        )
-    finally:
-        if started:
-            ray.shutdown()
+        if where is None:
+            try:
+                ray.init(num_cpus=num_cpus, **settings)
+                return True
+            except ValueError as err:  # a cluster from `ray start` was found
+                if "must not be provided" not in str(err):
+                    raise
+                where = (
+                    "the cluster started with `ray start` on this machine (if it is "
+                    "gone, `ray stop` forgets it)"
+                )
+        ray.init(address=address, **settings)
+        return False
+    except ConnectionError as err:
+        raise AnnotateError(f"cannot connect to the Ray cluster at {where}: {err}") from None
 
 
 def annotate_ray(
@@ -210,6 +242,7 @@ def _run(
     gpus_per_worker: float,
     progress: bool,
     on_chunk: Optional[Callable[[int], None]],
+    on_worker_chunk: Optional[Callable[[int], None]],
 ) -> AnnotateSummary:
     options = run.options
     input_rows = error_rows = resumed_rows = committed_rows = 0
@@ -255,6 +288,7 @@ def _run(
                 fn_constructor_kwargs={
                     "pipeline": pipeline,
                     "options": options,
+                    "on_chunk": on_worker_chunk,
                     "vectors": run.vectors,
                 },
                 batch_size=None,  # a whole block, that is, a whole chunk
@@ -262,6 +296,9 @@ def _run(
                 compute=ray.data.ActorPoolStrategy(size=workers),
                 num_cpus=cpus_per_worker,
                 num_gpus=gpus_per_worker or None,
+                # Ray Data restarts a dead actor and retries its chunk without end
+                # (max_restarts=-1, max_task_retries=-1 by default); a chunk that
+                # comes back twice is committed once (see below).
             )
             context = ray.data.DataContext.get_current()
             ray_bars, context.enable_progress_bars = context.enable_progress_bars, False
@@ -270,9 +307,11 @@ def _run(
                     for index, first, outputs_json, errors_json in zip(
                         *(column.to_pylist() for column in batch.columns)
                     ):
+                        found = pending.get(index)
+                        if found is None or first in found.pieces:
+                            continue  # a chunk (or piece) Ray ran again: committed once
                         outputs, errors = json.loads(outputs_json), json.loads(errors_json)
-                        found = pending[index]
-                        found.pieces.append((first, outputs))
+                        found.pieces[first] = outputs
                         found.errors.extend(errors)
                         found.remaining -= len(outputs) + len(errors)
                         if found.remaining == 0:
@@ -312,7 +351,11 @@ class _ChunkAnnotator:
     records."""
 
     def __init__(
-        self, pipeline: _Pipeline, options: AnnotateOptions, vectors: Optional[VectorColumn] = None
+        self,
+        pipeline: _Pipeline,
+        options: AnnotateOptions,
+        on_chunk: Optional[Callable[[int], None]] = None,
+        vectors: Optional[VectorColumn] = None,
     ) -> None:
         import ray
 
@@ -326,6 +369,7 @@ class _ChunkAnnotator:
         self.nlp = nlp.from_bytes(ray.get(pipeline.data))
         self.nlp.max_length = max(self.nlp.max_length, options.max_length)
         self.options = options
+        self.on_chunk = on_chunk
         self.vectors = vectors
 
     def __call__(self, batch: Any) -> Any:
@@ -339,6 +383,8 @@ class _ChunkAnnotator:
             rows.setdefault(chunk, []).append(row)
         indices, firsts, outputs, errors = [], [], [], []
         for index, chunk_rows in rows.items():
+            if self.on_chunk is not None:
+                self.on_chunk(index)
             chunk_outputs, chunk_errors = annotate_chunk(
                 self.nlp, chunk_rows, self.options, self.vectors
             )

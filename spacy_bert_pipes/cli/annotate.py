@@ -10,10 +10,14 @@ from ..annotate import (
     DEFAULT_MAX_LENGTH,
     AnnotateError,
     AnnotateOptions,
+    AnnotateRun,
+    AnnotateSummary,
+    check_output_location,
     load_pipeline,
     prepare_run,
     run_annotation,
 )
+from ..annotate.lock import output_lock
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat, read_questions_file
 from ..loading import Precision
@@ -164,6 +168,15 @@ def annotate_cli(
             "--gpu-id and --n-process are for the local engine; with --engine ray, "
             "use --gpu-per-worker and --ray-workers"
         )
+    ray_only = {
+        "--ray-address": ray_address is not None,
+        "--ray-workers": ray_workers != 2,
+        "--cpus-per-worker": cpus_per_worker != 1.0,
+        "--gpu-per-worker": gpu_per_worker != 0.0,
+    }
+    if engine == "local" and any(ray_only.values()):
+        given = ", ".join(name for name, set_ in ray_only.items() if set_)
+        fail(f"{given}: for --engine ray only; the local engine uses --n-process and --gpu-id")
     try:
         questions = read_questions_file(questions_path) if questions_path else {}
         options = AnnotateOptions(
@@ -181,33 +194,25 @@ def annotate_cli(
             vectors=vectors,
             vectors_dtype=vectors_dtype,
         )
-        run = prepare_run(pipeline, input_path, output_path, options)
-        if run.done:
-            n_done = len(run.done)
-            typer.echo(
-                f"Resuming the unfinished run in {run.parts_dir}: {n_done} "
-                f"chunk{'s' if n_done != 1 else ''} of {chunk_size} rows already done"
-            )
-        if engine == "ray":
-            from ..annotate.ray import run_annotation_ray
-
-            summary = run_annotation_ray(
+        # Input, output and options are checked before the pipeline loads; the
+        # lock on OUTPUT refuses a second run on it before it reads OUTPUT.parts.
+        check_output_location(input_path, output_path)
+        with output_lock(output_path):
+            run = prepare_run(pipeline, input_path, output_path, options)
+            summary = _run(
                 run,
                 pipeline,
-                address=ray_address,
-                workers=ray_workers,
-                cpus_per_worker=cpus_per_worker,
-                gpus_per_worker=gpu_per_worker,
-                progress=True,
+                engine,
+                gpu_id,
+                ray_address,
+                ray_workers,
+                cpus_per_worker,
+                gpu_per_worker,
             )
-        else:
-            if gpu_id >= 0:
-                spacy.require_gpu(gpu_id)
-            summary = run_annotation(run, load_pipeline(pipeline, options), progress=True)
     except (ConversionError, AnnotateError) as err:
         fail(str(err))
-    except OSError as err:  # spacy.load: no such pipeline
-        fail(f"{pipeline}: {err}")
+    except OSError as err:  # writing OUTPUT or its parts (a full disk...)
+        fail(f"{err.filename or output_path}: {err.strerror or err}")
     typer.secho(
         f"Input rows: {summary.input_rows} = output rows {summary.output_rows} "
         f"({summary.output_path}) + error rows {summary.error_rows} ({summary.errors_path})",
@@ -222,3 +227,36 @@ def annotate_cli(
         )
         if strict:
             raise typer.Exit(code=1)
+
+
+def _run(
+    run: AnnotateRun,
+    pipeline: str,
+    engine: str,
+    gpu_id: int,
+    ray_address: Optional[str],
+    ray_workers: int,
+    cpus_per_worker: float,
+    gpu_per_worker: float,
+) -> AnnotateSummary:
+    if run.done:
+        n_done = len(run.done)
+        typer.echo(
+            f"Resuming the unfinished run in {run.parts_dir}: {n_done} "
+            f"chunk{'s' if n_done != 1 else ''} of {run.options.chunk_size} rows already done"
+        )
+    if engine == "ray":
+        from ..annotate.ray import run_annotation_ray
+
+        return run_annotation_ray(
+            run,
+            pipeline,
+            address=ray_address,
+            workers=ray_workers,
+            cpus_per_worker=cpus_per_worker,
+            gpus_per_worker=gpu_per_worker,
+            progress=True,
+        )
+    if gpu_id >= 0:
+        spacy.require_gpu(gpu_id)
+    return run_annotation(run, load_pipeline(pipeline, run.options), progress=True)

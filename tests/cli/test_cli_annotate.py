@@ -213,3 +213,38 @@ def test_killed_at_any_step_a_rerun_gives_the_same_bytes(pipeline: str, tmp_path
         "out.jsonl",
         "out.jsonl.errors.jsonl",
     ]
+
+
+def test_a_second_run_on_the_same_output_is_refused(pipeline: str, tmp_path: Path) -> None:
+    """While a run writes OUTPUT, a second one is refused in one line naming
+    OUTPUT and the first run's pid and host; once the first is killed with
+    SIGKILL its lock is gone and the same command resumes to the same bytes."""
+    records = [{"id": f"doc{i}", "text": TEXTS[i % len(TEXTS)]} for i in range(9)]
+    input_path = write_jsonl(tmp_path / "in.jsonl", records)
+    options = ["--chunk-size", "3", "--batch-size", "2"]
+    expected = tmp_path / "expected" / "out.jsonl"
+    annotate(pipeline, input_path, expected, AnnotateOptions(chunk_size=3, batch_size=2))
+    output = tmp_path / "out.jsonl"
+    args = [pipeline, str(input_path), str(output), *options]
+    log = tmp_path / "log.txt"
+
+    first = start(args, log, sleep=1.0)
+    part = tmp_path / "out.jsonl.parts" / "part-000000.jsonl"
+
+    def refused_while_running() -> bool:
+        if not part.exists():
+            return False
+        result = runner.invoke(app, ["annotate", *args])
+        assert result.exit_code == 1, result.output
+        message = result.output.strip()
+        assert "\n" not in message, message
+        assert message.startswith(f"{output}: another annotate run (pid {first.pid} on host ")
+        return True
+
+    kill_when(first, refused_while_running, log)
+    assert (tmp_path / "out.jsonl.lock").exists()  # left by the kill, held by no one
+    result = runner.invoke(app, ["annotate", *args])
+    assert result.exit_code == 0, result.output
+    assert "Resuming the unfinished run" in result.output
+    assert output.read_bytes() == expected.read_bytes()
+    assert not (tmp_path / "out.jsonl.lock").exists()
