@@ -379,7 +379,10 @@ def test_precision_sets_the_encoders_and_a_resume_needs_the_same(
 ) -> None:
     int8 = AnnotateOptions(chunk_size=2, precision="int8")
     quantized = load_pipeline(pipeline, int8)
-    assert quantized.config["components"]["bert_ner"]["model"]["encoder"]["precision"] == "int8"
+    assert (
+        quantized.config["components"]["bert_ner"]["model"]["encoder"]["predict_precision"]
+        == "int8"
+    )
     input_path = write_input(tmp_path, "jsonl", [{"id": i, "text": t} for i, t in zip(IDS, TEXTS)])
     output = tmp_path / "out.jsonl"
     with pytest.raises(Interrupted):
