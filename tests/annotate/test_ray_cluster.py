@@ -19,7 +19,7 @@ from typing import Iterator, List
 import pytest
 import torch
 from annotate_helpers import save_tiny_pipeline
-from conftest import WORDS
+from helpers import WORDS
 
 from spacy_bert_pipes.annotate import AnnotateOptions, annotate, prepare_run
 
