@@ -2,6 +2,7 @@
 pipeline, inputs in every format, and readers of what `annotate` wrote."""
 
 import csv
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any, Dict, List
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import spacy
 from helpers import NER_TEXTS, SMALL_ENCODER, loader_config
 from spacy.training import Example
@@ -17,6 +19,12 @@ from spacy_bert_pipes.annotate import AnnotateOptions, annotate
 
 TEXTS = ["john smith is in paris", "my card not working", "", "hello world", "apple in london"]
 IDS = ["a", "b", "c", "d", "e"]
+
+# Ray is an optional extra: its tests skip without it.
+needs_ray = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None,
+    reason="Ray is an optional extra: pip install 'spacy-bert-pipes[ray]'",
+)
 
 
 def save_tiny_pipeline(path: Path, tiny_bert: Path, qa: bool = True) -> Path:

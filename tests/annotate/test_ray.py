@@ -2,7 +2,6 @@
 rows and error rows as the local engine, resuming across engines, and the
 sharded Parquet input and output that both engines read and write."""
 
-import importlib.util
 import json
 import random
 import sys
@@ -13,18 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from annotate_helpers import read_errors, read_output, run, save_tiny_pipeline
+from annotate_helpers import needs_ray, read_errors, read_output, run, save_tiny_pipeline
 from helpers import WORDS
 
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, prepare_run
 from spacy_bert_pipes.annotate.ray import annotate_ray, run_annotation_ray
 
 torch.set_num_threads(1)  # as in Ray's actors (OMP_NUM_THREADS=1): the same float sums
-
-needs_ray = pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None,
-    reason="Ray is an optional extra: pip install 'spacy-bert-pipes[ray]'",
-)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 `doc.vector` in a "vector" column of JSONL and Parquet outputs, its errors,
 resuming, and the Ray engine's bytes."""
 
-import importlib.util
 import math
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
@@ -17,6 +16,7 @@ import torch
 from annotate_helpers import (
     TEXTS,
     VECTOR_WIDTH,
+    needs_ray,
     read_errors,
     read_output,
     run,
@@ -35,11 +35,6 @@ from spacy_bert_pipes.annotate import (
 )
 
 torch.set_num_threads(1)  # as in Ray's actors (OMP_NUM_THREADS=1): the same float sums
-
-needs_ray = pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None,
-    reason="Ray is an optional extra: pip install 'spacy-bert-pipes[ray]'",
-)
 
 
 @pytest.fixture(scope="module")
