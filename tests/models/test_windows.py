@@ -6,7 +6,12 @@ import random
 import numpy
 import pytest
 
-from spacy_bert_pipes.models.windows import pack_batches, plan_windows, window_spans
+from spacy_bert_pipes.models.windows import (
+    pack_batches,
+    plan_windows,
+    segment_sums,
+    window_spans,
+)
 
 # (n_pieces, size, stride) grid small enough to check exhaustively.
 GRID = [
@@ -149,3 +154,18 @@ def test_pack_batches_examples():
     # A sequence over the budget forms a batch of its own.
     assert pack_batches([5, 500, 5], 100) == [[1], [0, 2]]
     assert pack_batches(numpy.asarray([3, 3, 3]), 9) == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("counts", [[3, 0, 5, 1], [0, 0], [7], [0, 2, 0]])
+def test_segment_sums_add_each_run_in_order(counts):
+    """Each run's sum is exactly `rows[a:b].sum(axis=0)` (the pooling of one doc
+    alone), zeros for an empty run."""
+    rng = numpy.random.default_rng(0)
+    rows = rng.standard_normal((sum(counts), 5)).astype("f")
+    out = segment_sums(numpy, rows, numpy.asarray(counts))
+    assert out.shape == (len(counts), 5) and out.dtype == rows.dtype
+    start = 0
+    for i, count in enumerate(counts):
+        expected = rows[start : start + count].sum(axis=0)
+        assert numpy.array_equal(out[i], expected if count else numpy.zeros(5, "f"))
+        start += count
