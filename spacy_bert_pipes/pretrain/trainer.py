@@ -18,7 +18,6 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 from safetensors.torch import load_model, save_model
 
-from ..models.hf_shim import PRECISIONS, resolve_precision
 from ..models.mlm import (
     IGNORE_INDEX,
     Batch,
@@ -28,6 +27,7 @@ from ..models.mlm import (
     mask_tokens,
     replacement_ids,
 )
+from ..models.precision import PRECISIONS, resolve_precision
 
 # Where each architecture keeps the module that maps hidden states to vocabulary
 # logits. With it the logits are computed at the masked positions only: the

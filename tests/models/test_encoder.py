@@ -371,7 +371,7 @@ def test_bf16_is_close_to_fp32(tiny_bert, nlp):
 
 
 def test_bf16_predict_pads_long_batches_without_changing_outputs(tiny_bert, nlp, monkeypatch):
-    from spacy_bert_pipes.models.hf_shim import padded_length
+    from spacy_bert_pipes.models.precision import padded_length
 
     docs = [nlp(SHORT), nlp(LONG), nlp("a b")]
     encoder = make_encoder(tiny_bert, max_length=60, stride=8, precision="bf16")
@@ -392,7 +392,7 @@ def test_bf16_predict_pads_long_batches_without_changing_outputs(tiny_bert, nlp,
     monkeypatch.setattr(type(shim), "padded_length", lambda self, longest, is_train: longest)
     widths.clear()
     unpadded = encoder.predict(docs)
-    # long batches rounded up (to 16 or 8), short ones left alone (hf_shim.padded_length)
+    # long batches rounded up (to 16 or 8), short ones left alone (precision.padded_length)
     assert padded_widths == [padded_length(w, "bf16", shim.device) for w in widths]
     assert padded_widths != widths
     for a, b in zip(unpadded, padded):
@@ -439,14 +439,14 @@ def test_reduced_copy_follows_weight_updates(tiny_bert, nlp):
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
-    from spacy_bert_pipes.models import hf_shim
+    from spacy_bert_pipes.models import precision
 
     cpu = torch.device("cpu")
-    assert hf_shim.resolve_precision("int8", cpu) == "int8"
-    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
-    assert hf_shim.resolve_precision("auto", cpu) == "bf16"
-    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
-    assert hf_shim.resolve_precision("auto", cpu) == "fp32"
+    assert precision.resolve_precision("int8", cpu) == "int8"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert precision.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert precision.resolve_precision("auto", cpu) == "fp32"
 
 
 def _with_sentences(nlp, sentences):

@@ -11,9 +11,9 @@ import torch
 from helpers import WORDS
 
 from spacy_bert_pipes.models.encoder import BertEncoder
-from spacy_bert_pipes.models.hf_shim import TransformerModule
 from spacy_bert_pipes.models.loaders import HFCheckpoint
 from spacy_bert_pipes.models.oom import WindowOutOfMemoryError
+from spacy_bert_pipes.models.transformer_module import TransformerModule
 
 ORIGINAL_FORWARD = TransformerModule.forward
 
