@@ -8,10 +8,11 @@ import numpy
 import pytest
 import spacy
 import torch
+from helpers import write_tiny_bert
 from numpy.testing import assert_allclose
 from spacy.tokens import Doc
 from thinc.api import Adam
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertModel, BertTokenizerFast
 
 from spacy_bert_pipes.models.encoder import BertEncoder
 from spacy_bert_pipes.models.loaders import HFCheckpoint
@@ -27,13 +28,7 @@ LONG = (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and leave the other cores alone."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -53,22 +48,10 @@ def still_bert(tiny_bert, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def four_layer_bert(tiny_bert, tmp_path_factory):
+def four_layer_bert(tmp_path_factory):
     """A 4-layer variant of the tiny checkpoint (for the last-four-layers options)."""
     path = tmp_path_factory.mktemp("four_layer_bert")
-    tokenizer = BertTokenizerFast.from_pretrained(tiny_bert)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(1)
-    BertModel(config).save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
-    return path
+    return write_tiny_bert(path, num_hidden_layers=4, max_position_embeddings=64, seed=1)
 
 
 @pytest.fixture(scope="module")

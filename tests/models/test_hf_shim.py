@@ -23,13 +23,7 @@ from spacy_bert_pipes.models.types import DocEncodingGrad
 TEXTS = ["Hello world, my card did not arrive.", "", "why is my transfer still waiting? " * 6]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and leave the other cores alone."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
