@@ -80,7 +80,7 @@ def main(
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from spacy_bert_pipes.models.hf_shim import padded_length
+    from spacy_bert_pipes.models.precision import padded_length
 
     torch.set_num_threads(threads)
     folder = encoder_folder()

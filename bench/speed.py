@@ -277,12 +277,16 @@ def build_bare(
 
     import numpy
 
-    from spacy_bert_pipes.models import hf_shim
+    from spacy_bert_pipes.models.precision import (
+        attention_backends,
+        float32_matmuls,
+        resolve_precision,
+    )
 
     device = torch.device(f"cuda:{s.gpu}" if s.gpu >= 0 else "cpu")
     # "default": Hugging Face's (fp32); "auto" as our encoder resolves it here.
     precision = "fp32" if s.precision == "default" else s.precision
-    precision = hf_shim.resolve_precision(precision, device)
+    precision = resolve_precision(precision, device)
     # bf16 as our encoder predicts it: the weights themselves in bf16 (faster than
     # autocast over fp32 weights on this CPU), so the limit is the fastest forward.
     if precision == "bf16":
@@ -328,8 +332,8 @@ def build_bare(
         built, counts = prepared[id(texts)]
         width = 0
         timer = DeviceTimer(device)
-        with torch.inference_mode(), hf_shim.attention_backends(device):
-            with hf_shim.float32_matmuls(precision, device), timer:
+        with torch.inference_mode(), attention_backends(device):
+            with float32_matmuls(precision, device), timer:
                 for ids, mask, types in built:
                     # (batch, longest, width)
                     hidden = model(
@@ -492,6 +496,7 @@ def trained_path(s: Settings, system: str) -> Path:
 def encoder_precisions(nlp: Any) -> Dict[str, str]:
     """What each encoder of a pipeline predicts in, as resolved on its device."""
     from spacy_bert_pipes.models import hf_shim
+    from spacy_bert_pipes.models.precision import resolve_precision
 
     out = {}
     for name, component in nlp.pipeline:
@@ -500,7 +505,7 @@ def encoder_precisions(nlp: Any) -> Dict[str, str]:
             for shim in node.shims:
                 if isinstance(shim, hf_shim.HFShim) and shim.is_loaded:
                     setting = getattr(shim, "predict_precision", shim.precision)
-                    out[name] = f"{setting} -> {hf_shim.resolve_precision(setting, shim.device)}"
+                    out[name] = f"{setting} -> {resolve_precision(setting, shim.device)}"
     return out
 
 

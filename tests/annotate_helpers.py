@@ -12,8 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import spacy
-from helpers import NER_TEXTS, SMALL_ENCODER, loader_config
-from spacy.training import Example
+from helpers import tiny_pipeline
 
 from spacy_bert_pipes.annotate import AnnotateOptions, annotate
 
@@ -30,19 +29,7 @@ needs_ray = pytest.mark.skipif(
 def save_tiny_pipeline(path: Path, tiny_bert: Path, qa: bool = True) -> Path:
     """bert_textcat and bert_ner (and bert_qa), each on its own tiny encoder,
     initialized (not trained) and saved."""
-    nlp = spacy.blank("en")
-    for name in ("bert_textcat", "bert_ner") + (("bert_qa",) if qa else ()):
-        model: Dict[str, Any] = {"encoder": SMALL_ENCODER}
-        if name == "bert_qa":
-            model.update(max_seq_len=24, doc_stride=4, max_question_len=8)
-        nlp.add_pipe(name, config={"model": model})
-        nlp.config["initialize"]["components"][name] = loader_config(tiny_bert)
-    cats = {"card": 1.0, "other": 0.0}
-    examples = [
-        Example.from_dict(nlp.make_doc(text), {"entities": ents, "cats": cats})
-        for text, ents in NER_TEXTS
-    ]
-    nlp.initialize(lambda: examples)
+    nlp = tiny_pipeline(tiny_bert, qa=qa)
     nlp.to_disk(path)
     return path
 

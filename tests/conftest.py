@@ -16,6 +16,18 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
 
 
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny models run fastest on one thread, and leave the other cores alone. A
+    module asks for it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n_threads)
+
+
 @pytest.fixture(autouse=True)
 def offline(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests never touch the network."""

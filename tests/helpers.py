@@ -8,7 +8,7 @@ import json
 import random
 import string
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List, Optional
 
 WORDS = (
     "the a an of to in and is was for on with card my i you it this that what how why "
@@ -41,8 +41,15 @@ def write_texts(path: Path, n: int = 60, seed: int = 0) -> Path:
     return path
 
 
-def write_tiny_bert(path: Path, *, num_labels: int = 0, seed: int = 0) -> Path:
-    """A random 2-layer BERT (width 32) with a small WordPiece vocabulary."""
+def write_tiny_bert(
+    path: Path,
+    *,
+    num_labels: int = 0,
+    seed: int = 0,
+    num_hidden_layers: int = 2,
+    max_position_embeddings: int = 128,
+) -> Path:
+    """A random BERT (2 layers unless asked, width 32) with a small WordPiece vocabulary."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
@@ -57,10 +64,10 @@ def write_tiny_bert(path: Path, *, num_labels: int = 0, seed: int = 0) -> Path:
     config = BertConfig(
         vocab_size=len(vocab),
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=2,
         intermediate_size=64,
-        max_position_embeddings=128,
+        max_position_embeddings=max_position_embeddings,
     )
     torch.manual_seed(seed)
     if num_labels:
@@ -123,3 +130,64 @@ def ner_examples(nlp, data=NER_TEXTS):  # type: ignore[no-untyped-def]
     from spacy.training import Example
 
     return [Example.from_dict(nlp.make_doc(text), {"entities": ents}) for text, ents in data]
+
+
+def tiny_pipeline(tiny_bert: Path, *, qa: bool = True, sentencizer: bool = False) -> Any:
+    """bert_textcat and bert_ner (and bert_qa), each on its own tiny encoder,
+    initialized (not trained); with `sentencizer`, a sentencizer first."""
+    import spacy
+    from spacy.training import Example
+
+    nlp = spacy.blank("en")
+    if sentencizer:
+        nlp.add_pipe("sentencizer")
+    for name in ("bert_textcat", "bert_ner") + (("bert_qa",) if qa else ()):
+        model: Dict[str, Any] = {"encoder": SMALL_ENCODER}
+        if name == "bert_qa":
+            model.update(max_seq_len=24, doc_stride=4, max_question_len=8)
+        nlp.add_pipe(name, config={"model": model})
+        nlp.config["initialize"]["components"][name] = loader_config(tiny_bert)
+    cats = {"card": 1.0, "other": 0.0}
+    examples = [
+        Example.from_dict(nlp.make_doc(text), {"entities": ents, "cats": cats})
+        for text, ents in NER_TEXTS
+    ]
+    nlp.initialize(lambda: examples)
+    return nlp
+
+
+def write_sentence_transformers_layout(
+    path: Path, pooling: dict, *, normalize: bool, max_seq_length: Optional[int] = None
+) -> Path:
+    """Lay a checkpoint folder out as sentence-transformers does: modules.json
+    (Transformer, Pooling, and Normalize if `normalize`), the pooling config and,
+    with `max_seq_length`, sentence_bert_config.json."""
+    kinds = ["Transformer", "Pooling"] + (["Normalize"] if normalize else [])
+    folders = ["", "1_Pooling", "2_Normalize"]
+    modules = [
+        {"idx": i, "name": str(i), "path": folders[i], "type": f"sentence_transformers.models.{k}"}
+        for i, k in enumerate(kinds)
+    ]
+    (path / "modules.json").write_text(json.dumps(modules))
+    (path / "1_Pooling").mkdir()
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    if normalize:
+        (path / "2_Normalize").mkdir()
+    if max_seq_length is not None:
+        config = {"max_seq_length": max_seq_length}
+        (path / "sentence_bert_config.json").write_text(json.dumps(config))
+    return path
+
+
+def count_calls(monkeypatch: Any, owner: Any, name: str) -> List[int]:
+    """Wrap `owner.<name>` (until the test ends) so that each call appends 1 to the
+    list returned."""
+    calls: List[int] = []
+    original = getattr(owner, name)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counting)
+    return calls

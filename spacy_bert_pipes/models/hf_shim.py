@@ -1,6 +1,7 @@
 """The torch side of the encoder: a thinc Shim around a Hugging Face AutoModel.
 
-This is the only module (with `loaders.py`) that imports torch and transformers.
+With `transformer_module.py` (the torch module), `precision.py`, `fused_adam.py`
+and `loaders.py` it is where the encoder's torch and transformers code lives.
 It holds the transformer and its fast tokenizer, runs batches of windows through
 the transformer (autocast, `torch.inference_mode` at predict time, frozen layers),
 hands parameters to thinc's optimizer, and serializes to bytes without pickle: the
@@ -9,7 +10,6 @@ HF config as JSON, the tokenizer files, and the weights as safetensors.
 
 import contextlib
 import copy
-import functools
 import json
 import os
 import tempfile
@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union, cast
 
-import numpy
 import srsly
 import torch
 from safetensors.torch import load as load_safetensors
@@ -27,8 +26,16 @@ from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
 from thinc.types import FloatsXd
 
 from ..memory import trim_if_grown
-from .casing import N_CASE_CLASSES
+from .fused_adam import fused_adam, fused_adam_applies
+from .precision import (
+    PRECISION_CHOICES,
+    attention_backends,
+    float32_matmuls,
+    padded_length,
+    resolve_precision,
+)
 from .serial import DamagedEncoderError, safe_file_name, without_file_settings
+from .transformer_module import TransformerModule, set_frozen_layers
 
 
 def _one_thread_after_fork() -> None:
@@ -64,266 +71,6 @@ os.register_at_fork(
     after_in_child=_one_thread_after_fork,
 )
 
-# Hidden-state combinations of the BERT paper's feature-based experiments.
-HIDDEN_LAYERS = ("last", "sum_last_four", "concat_last_four")
-# Autocast dtype of each precision. "int8" runs fp32 in training and dynamically
-# quantized linear layers (int8 weights, activations quantized per batch) at predict
-# time on the CPU; "tf32" is fp32 with TensorFloat-32 matmuls on CUDA (Ampere and
-# newer; fp32 on the CPU); "auto" is resolved by `resolve_precision` on the device.
-PRECISIONS = {
-    "fp32": None,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "int8": None,
-    "tf32": None,
-}
-PRECISION_CHOICES = (*PRECISIONS, "auto")
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset:
-    """The CPU feature flags of this machine (empty where /proc/cpuinfo is missing)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU has bf16 matrix units (AMX) or AVX-512 BF16 instructions.
-
-    Without them torch emulates bf16 matmuls and autocast makes the CPU slower,
-    which is why "auto" keeps such CPUs on fp32.
-    """
-    flags = cpu_flags()
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-def cuda_has_bf16(device: torch.device) -> bool:
-    """Whether a CUDA device computes bf16 natively (compute capability 8.0+)."""
-    return torch.cuda.get_device_capability(device)[0] >= 8
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """Turn "auto" into a concrete precision for a device; other values pass through,
-    except "tf32", which is "fp32" off CUDA.
-
-    "auto" picks the fastest precision that keeps accuracy: bf16 on GPUs that
-    compute it natively (Ampere and newer; their attention runs without cuDNN's
-    per-shape plans, see `attention_backends`) and on CPUs with AMX / AVX-512 BF16,
-    fp32 elsewhere, so no machine gets a slower default than fp32. Banking77 and
-    CoNLL-2003 scores of a bf16 prediction are within 0.1 point of fp32 (docs/precision.md).
-    """
-    if precision == "tf32":
-        return "tf32" if device.type == "cuda" else "fp32"
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if cuda_has_bf16(device) else "fp32"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
-
-
-# Padding a bf16 batch on a CPU: AMX multiplies bf16 in tiles of 16 rows, and lengths
-# rounded to 16 leave oneDNN fewer kernel shapes to build and cache, but every padded
-# position is computed as well. Round up to 16 only where that adds at most
-# PAD_MAX_EXTRA of the batch's length (long windows), else to 8 under the same limit,
-# else not at all (short queries: 20 wordpieces rounded to 32 were 60% more work).
-PAD_MAX_EXTRA = 0.125
-
-
-def padded_length(longest: int, precision: str, device: torch.device) -> int:
-    """The length a predict batch whose longest window has `longest` wordpieces is
-    padded to, for a precision (as configured; "auto" resolved here) on a device."""
-    if device.type != "cpu" or resolve_precision(precision, device) != "bf16":
-        return longest
-    for multiple in (16, 8):
-        rounded = -(-longest // multiple) * multiple
-        if rounded - longest <= PAD_MAX_EXTRA * longest:
-            return rounded
-    return longest
-
-
-def attention_backends(device: torch.device) -> contextlib.AbstractContextManager:
-    """Where scaled-dot-product attention may run for a predict batch on a device.
-
-    On CUDA torch prefers cuDNN's attention for bf16/fp16 with a mask (sm90: H100),
-    and cuDNN builds an execution plan for every new (batch, length) shape: with
-    length-sorted batches of varied sizes almost every batch is a new shape, which
-    made bf16 2.5-3.5x slower than fp32 on an H100. Flash / memory-efficient / math
-    kernels need no per-shape plan, so cuDNN attention is left out. No change on the
-    CPU.
-    """
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel(
-        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    )
-
-
-@contextlib.contextmanager
-def float32_matmuls(precision: str, device: torch.device) -> Iterator[None]:
-    """With precision "tf32" on CUDA, fp32 matmuls (and cuDNN convolutions) use
-    TensorFloat-32 inside this block; torch's process-wide setting is restored after."""
-    if resolve_precision(precision, device) != "tf32":
-        yield
-        return
-    before = torch.get_float32_matmul_precision()
-    before_cudnn = torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("high")
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
-        torch.backends.cudnn.allow_tf32 = before_cudnn
-
-
-class TransformerModule(torch.nn.Module):
-    """A Hugging Face encoder returning one float32 matrix per window."""
-
-    def __init__(
-        self,
-        transformer: torch.nn.Module,
-        hidden_layers: str,
-        precision: str,
-        case_embeddings: bool = False,
-    ):
-        super().__init__()
-        if hidden_layers not in HIDDEN_LAYERS:
-            raise ValueError(f"hidden_layers must be one of {HIDDEN_LAYERS}, got {hidden_layers!r}")
-        if precision not in PRECISION_CHOICES:
-            raise ValueError(
-                f"precision must be one of {list(PRECISION_CHOICES)}, got {precision!r}"
-            )
-        n_layers = getattr(transformer.config, "num_hidden_layers", None)
-        if hidden_layers != "last" and n_layers is not None and n_layers < 4:
-            raise ValueError(
-                f"hidden_layers={hidden_layers!r} needs an encoder with at least 4 layers, "
-                f"this one has {n_layers}"
-            )
-        self.transformer = transformer
-        self.hidden_layers = hidden_layers
-        self.precision = precision
-        # DistilBERT and some others take no segment ids.
-        import inspect
-
-        params = inspect.signature(transformer.forward).parameters
-        self.uses_token_types = "token_type_ids" in params
-        # A learned vector per casing class, added to the input embeddings. Zeros at
-        # first, so a pretrained encoder starts out computing exactly what it did.
-        self.case_embeddings: Optional[torch.nn.Embedding] = None
-        if case_embeddings:
-            config: Any = transformer.config
-            embedding = torch.nn.Embedding(N_CASE_CLASSES, int(config.hidden_size))
-            torch.nn.init.zeros_(embedding.weight)
-            self.case_embeddings = embedding
-
-    def inputs(
-        self, input_ids: torch.Tensor, case_ids: Optional[torch.Tensor] = None
-    ) -> Dict[str, torch.Tensor]:
-        """The transformer's input argument: the ids, or with case embeddings the
-        word embeddings plus each wordpiece's casing vector (batch, length, hidden)."""
-        if self.case_embeddings is None:
-            return {"input_ids": input_ids}
-        if case_ids is None:
-            raise ValueError("This encoder has case embeddings: pass case_ids")
-        words = self.transformer.get_input_embeddings()(input_ids)
-        return {"inputs_embeds": words + self.case_embeddings(case_ids)}
-
-    @property
-    def width(self) -> int:
-        config: Any = self.transformer.config  # a transformers PretrainedConfig
-        hidden = int(config.hidden_size)
-        return hidden * 4 if self.hidden_layers == "concat_last_four" else hidden
-
-    @property
-    def max_positions(self) -> int:
-        config: Any = self.transformer.config
-        limit = int(getattr(config, "max_position_embeddings", 512))
-        # RoBERTa-style models reserve positions for padding_idx + 1.
-        if config.model_type in ("roberta", "xlm-roberta", "camembert", "longformer"):
-            limit -= 2
-        return limit
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor,
-        case_ids: Optional[torch.Tensor] = None,
-        precision: Optional[str] = None,
-    ) -> torch.Tensor:
-        """precision: the autocast precision of this call (default: the module's)."""
-        # input_ids, attention_mask, token_type_ids, case_ids: (batch, length)
-        kwargs: Dict[str, torch.Tensor] = {"attention_mask": attention_mask}
-        if self.uses_token_types:
-            kwargs["token_type_ids"] = token_type_ids
-        device = input_ids.device
-        dtype = PRECISIONS[resolve_precision(precision or self.precision, device)]
-        with torch.autocast(
-            device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
-        ):
-            kwargs.update(self.inputs(input_ids, case_ids))
-            if self.hidden_layers == "last":
-                hidden = self.transformer(**kwargs).last_hidden_state
-            else:
-                states = self.transformer(**kwargs, output_hidden_states=True).hidden_states
-                last_four = [s.float() for s in states[-4:]]
-                if self.hidden_layers == "sum_last_four":
-                    hidden = torch.stack(last_four).sum(0)
-                else:
-                    hidden = torch.cat(last_four, dim=-1)
-        # (batch, length, width)
-        return hidden.float()
-
-
-def set_frozen_layers(transformer: torch.nn.Module, frozen_layers: Union[int, str]) -> None:
-    """Stop gradients for the embeddings and the bottom `frozen_layers` layers."""
-    for param in transformer.parameters():
-        param.requires_grad_(True)
-    if frozen_layers == "all":
-        for param in transformer.parameters():
-            param.requires_grad_(False)
-        return
-    if not isinstance(frozen_layers, int) or frozen_layers < 0:
-        raise ValueError(f"frozen_layers must be 'all' or an int >= 0, got {frozen_layers!r}")
-    if frozen_layers == 0:
-        return
-    embeddings = getattr(transformer, "embeddings", None)
-    layers = _encoder_layers(transformer)
-    if embeddings is None or layers is None:
-        raise ValueError(
-            f"Cannot freeze bottom layers of a {type(transformer).__name__}: no "
-            "'embeddings' and layer list found. Use frozen_layers=0 or 'all'."
-        )
-    if frozen_layers > len(layers):
-        raise ValueError(
-            f"frozen_layers={frozen_layers} but the encoder has only {len(layers)} layers"
-        )
-    for param in embeddings.parameters():
-        param.requires_grad_(False)
-    for layer in layers[:frozen_layers]:
-        for param in layer.parameters():
-            param.requires_grad_(False)
-
-
-def _encoder_layers(transformer: torch.nn.Module) -> Optional[torch.nn.ModuleList]:
-    # BERT/RoBERTa/ELECTRA/MPNet: encoder.layer; DistilBERT: transformer.layer;
-    # ALBERT shares one layer group, which cannot be frozen layer by layer.
-    for path in ("encoder.layer", "transformer.layer"):
-        module: Any = transformer
-        for part in path.split("."):
-            module = getattr(module, part, None)
-        if isinstance(module, torch.nn.ModuleList):
-            return module
-    return None
-
 
 _NOT_LOADED = (
     "The BERT encoder has no weights yet. Call nlp.initialize() (which runs the "
@@ -336,6 +83,29 @@ class HFShim(Shim):
 
     The shim is empty until a loader calls `load` (in `initialize`) or until
     `from_bytes` restores it from a saved pipeline.
+
+    Why a `Shim` of our own and not thinc's `PyTorchShim`:
+
+    - Gradients are unscaled once per optimizer step. One encoder forward runs
+      one backprop per transformer batch of windows, and gradients may accumulate
+      over several updates, all at the same fp16 loss scale. `PyTorchShim`
+      unscales every parameter's `.grad` inside each backprop, which divides the
+      gradients already accumulated from earlier batches by the scale again;
+      here backprop only scales, and `finish_update` unscales (and skips the step
+      on inf/NaN) once.
+    - Precision lives in one place: `PyTorchShim` knows only a CUDA autocast
+      switch; this shim resolves "auto" and "tf32" per device, trains in
+      fp32/bf16/fp16, predicts in a separate `predict_precision` through a bf16
+      or int8 copy of the module, pads bf16 CPU batches and picks the attention
+      kernels (`precision.py`).
+    - Serialization is the Hugging Face model's own, without pickle: the HF
+      config as JSON, the fast tokenizer's files and safetensors weights, each
+      checked on load (`DamagedEncoderError`), where `PyTorchShim` `torch.save`s
+      a state dict and keeps no tokenizer or config.
+    - `use_params` swaps in the averages under the (shim id, parameter name) keys
+      the optimizer stores them by; `predict` stays in eval mode and runs under
+      `torch.inference_mode`; a fully frozen encoder trains without autograd; and
+      on the CPU thinc's Adam runs fused over all parameters (`fused_adam.py`).
     """
 
     _model: Optional[TransformerModule]
@@ -712,90 +482,6 @@ def _checked_tokenizer_config(data: bytes) -> bytes:
     if not isinstance(settings, dict):
         raise DamagedEncoderError("tokenizer", "tokenizer_config.json is not a JSON object")
     return json.dumps(without_file_settings(settings)).encode("utf8")
-
-
-def fused_adam_applies(optimizer: Optimizer, params: List[Tuple[str, torch.nn.Parameter]]) -> bool:
-    """Whether `fused_adam` can stand in for thinc's Optimizer on these parameters:
-    thinc's Adam (not RAdam) on CPU float32 tensors. Elsewhere (on a GPU, thinc's
-    Adam is already one fused kernel) the per-parameter path runs."""
-    return (
-        type(optimizer) is Optimizer
-        and not optimizer.use_radam
-        and optimizer.b1 > 0.0
-        and optimizer.b2 > 0.0
-        and all(
-            p.device.type == "cpu" and p.dtype == torch.float32 and p.is_contiguous()
-            for _, p in params
-        )
-    )
-
-
-@torch.no_grad()
-def fused_adam(
-    optimizer: Optimizer, items: List[Tuple[Tuple[int, str], torch.nn.Parameter]]
-) -> None:
-    """thinc's Adam step (`Optimizer.__call__` with `_adam`) on every parameter at
-    once, with torch's multi-tensor ops on all cores instead of one single-threaded
-    numpy call per parameter (a quarter of a CPU training step for MiniLM).
-
-    Same state, same arithmetic: the moments stay in `optimizer.mom1/mom2` (numpy
-    arrays, updated in place through `torch.from_numpy`), `nr_update` counts per
-    key, each gradient is clipped to `grad_clip` by its own norm, L2 is added to the
-    gradient or applied as decoupled weight decay, the bias correction uses each
-    key's own update count, and with `use_averages` the moving averages that
-    `use_params` swaps in are updated as thinc's `Ops.update_averages` does.
-    """
-    learn_rate = float(optimizer.learn_rate)
-    b1, b2, eps = float(optimizer.b1), float(optimizer.b2), float(optimizer.eps)
-    l2, clip = float(optimizer.L2), float(optimizer.grad_clip or 0.0)
-    items = [(key, p) for key, p in items if p.numel() > 0]
-    weights = [p.data for _, p in items]
-    grads = [cast(torch.Tensor, p.grad) for _, p in items]
-    if l2 != 0.0 and not optimizer.L2_is_weight_decay:
-        torch._foreach_add_(grads, weights, alpha=l2)
-    if clip:
-        norms = torch._foreach_norm(grads)
-        for grad, norm in zip(grads, norms):
-            if norm >= clip:
-                grad.mul_(clip / norm)
-    mom1, mom2 = [], []
-    for key, p in items:
-        if key not in optimizer.mom1:
-            optimizer.mom1[key] = cast(FloatsXd, numpy.zeros(p.numel(), dtype="float32"))
-        if key not in optimizer.mom2:
-            optimizer.mom2[key] = cast(FloatsXd, numpy.zeros(p.numel(), dtype="float32"))
-        mom1.append(torch.from_numpy(optimizer.mom1[key]).view(p.shape))
-        mom2.append(torch.from_numpy(optimizer.mom2[key]).view(p.shape))
-        optimizer.nr_update[key] += 1
-    torch._foreach_mul_(mom1, b1)
-    torch._foreach_add_(mom1, grads, alpha=1.0 - b1)
-    torch._foreach_mul_(mom2, b2)
-    torch._foreach_addcmul_(mom2, grads, grads, value=1.0 - b2)
-    denom = torch._foreach_sqrt(mom2)
-    torch._foreach_add_(denom, eps)
-    steps = []
-    for key, _ in items:
-        nr_upd = optimizer.nr_update[key]
-        steps.append(-learn_rate * (1.0 - b2**nr_upd) ** 0.5 / (1.0 - b1**nr_upd))
-    updates = torch._foreach_div(mom1, denom)
-    torch._foreach_mul_(updates, steps)
-    torch._foreach_add_(weights, updates)
-    if l2 != 0.0 and optimizer.L2_is_weight_decay:
-        torch._foreach_mul_(weights, 1.0 - learn_rate * l2)
-    if optimizer.averages is not None:
-        averages = []
-        keep = []
-        for key, p in items:
-            if key not in optimizer.averages:
-                zeros = numpy.zeros(tuple(p.shape), dtype="float32")
-                optimizer.averages[key] = cast(FloatsXd, zeros)
-            averages.append(torch.from_numpy(optimizer.averages[key]))
-            t = optimizer.nr_update[key]
-            keep.append(min((1.0 + t) / (10.0 + t), 0.9999))
-        # ema -= (1 - decay) * (ema - weights), i.e. ema = decay * ema + (1 - decay) * weights
-        differences = torch._foreach_sub(averages, weights)
-        torch._foreach_mul_(differences, [k - 1.0 for k in keep])
-        torch._foreach_add_(averages, differences)
 
 
 def _no_backprop(d_hidden: Any) -> None:

@@ -5,7 +5,6 @@ checkpointing as it goes; save the encoder and the metrics (written last)."""
 
 import json
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from ..io import durable
 from ..io.errors import ConversionError
 from ..io.readers import input_format_for
+from ..progress import progress_bar
 from .checkpoints import (
     append_log,
     clear_output,
@@ -258,7 +258,9 @@ def _train(
     the seconds of the whole run (earlier runs included) and of this one."""
     step, epoch, position = state["step"], state["epoch"], state["batch"]
     seconds = float(state["seconds"])
-    bar = _progress_bar(data.total_steps, step, disable=not progress)
+    bar = progress_bar(
+        data.total_steps, step, unit=" steps", desc="Pretraining", disable=not progress
+    )
     window_loss, window_masked = 0.0, 0
     started = time.perf_counter()
     while step < data.total_steps:
@@ -358,17 +360,3 @@ def _finish(
 
 def _rate(steps: int, seconds: float) -> Optional[float]:
     return round(steps / seconds, 3) if seconds > 0 else None
-
-
-def _progress_bar(total: int, initial: int, disable: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        initial=initial,
-        unit=" steps",
-        desc="Pretraining",
-        file=sys.stderr,
-        dynamic_ncols=True,
-        disable=disable,
-    )

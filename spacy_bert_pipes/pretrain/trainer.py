@@ -8,6 +8,15 @@ linear warmup / decay schedule, runs training steps and held-out evaluations
 trained base model (no MLM head) with its tokenizer: a folder that
 `HFCheckpoint` loads. torch is imported with this module, which `run.py`
 imports only when a run starts.
+
+Why torch code lives in `pretrain/` and not in `models/`: `models/` holds thinc
+Models and what they run (the encoder's shim, its precision and optimizer), the
+layers a pipeline is built from. This is neither: a plain torch training loop
+over the Hugging Face masked-LM, with torch's own AdamW, schedule and
+checkpoints, run by `bert-pipes pretrain` before any pipeline exists. Its output
+reaches a pipeline only as a checkpoint folder. The masked-LM model itself and
+its masking (`models/mlm.py`) stay in `models/`, as do the precision settings it
+shares with the encoder (`models/precision.py`).
 """
 
 import contextlib
@@ -18,7 +27,6 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 from safetensors.torch import load_model, save_model
 
-from ..models.hf_shim import PRECISIONS, resolve_precision
 from ..models.mlm import (
     IGNORE_INDEX,
     Batch,
@@ -28,6 +36,7 @@ from ..models.mlm import (
     mask_tokens,
     replacement_ids,
 )
+from ..models.precision import PRECISIONS, resolve_precision
 
 # Where each architecture keeps the module that maps hidden states to vocabulary
 # logits. With it the logits are computed at the masked positions only: the

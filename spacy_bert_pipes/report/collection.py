@@ -2,7 +2,7 @@
 its counts, error rows, categories, entities and answers per question."""
 
 from collections import Counter
-from typing import List, Tuple
+from typing import Callable, List, Tuple
 
 from .document import Block, Heading, Paragraph, Table, duration, pct, short
 from .inputs import CATEGORY_THRESHOLD, TIME_SUFFIX, Collection
@@ -47,50 +47,37 @@ def collection_section(c: Collection, figures: Figures) -> List[Block]:
             Table(["Source", "Id", "Reason"], rows, "lll"),
         ]
     if c.docs_with_cats:
-        top = _most_frequent(c.categories)
-        shown = f"the {len(top)} most frequent of" if len(top) < len(c.categories) else "all"
-        blocks += [
-            Heading(3, f"Categories of {c.path.name}"),
-            Paragraph(
+        blocks += _label_counts(
+            c,
+            figures,
+            c.categories,
+            "categories",
+            summary=lambda shown: (
                 f"Docs per category ({shown} {len(c.categories)} labels): a doc counts for "
                 f"each label of probability {CATEGORY_THRESHOLD} or more; "
                 f"{c.docs_without_category} of {c.docs_with_cats} docs have none."
             ),
-            Table(
-                ["Category", "Docs", "% of docs"],
-                [[k, str(n), pct(n / c.docs_with_cats, 1)] for k, n in top],
+            columns=["Category", "Docs", "% of docs"],
+            row=lambda k, n: [k, str(n), pct(n / c.docs_with_cats, 1)],
+            plot=(
+                "Most frequent categories",
+                f"docs per category (p >= {CATEGORY_THRESHOLD})",
+                "docs",
             ),
-        ]
-        blocks += figures.image(
-            f"annotated_{c.name}_categories",
-            f"Most frequent categories, {c.name}",
-            draw_count_bars,
-            top,
-            f"{c.path.name}: docs per category (p >= {CATEGORY_THRESHOLD}), "
-            f"{shown} {len(c.categories)}",
-            "docs",
         )
     if c.entities:
-        top = _most_frequent(c.entities)
-        shown = f"the {len(top)} most frequent of" if len(top) < len(c.entities) else "all"
-        blocks += [
-            Heading(3, f"Entities of {c.path.name}"),
-            Paragraph(
+        blocks += _label_counts(
+            c,
+            figures,
+            c.entities,
+            "entities",
+            summary=lambda shown: (
                 f"{sum(c.entities.values())} entities in {c.docs_with_entities} docs; "
                 f"per label ({shown} {len(c.entities)}):"
             ),
-            Table(
-                ["Label", "Entities", "Docs"],
-                [[k, str(n), str(c.entity_docs[k])] for k, n in top],
-            ),
-        ]
-        blocks += figures.image(
-            f"annotated_{c.name}_entities",
-            f"Entities per label, {c.name}",
-            draw_count_bars,
-            top,
-            f"{c.path.name}: entities per label, {shown} {len(c.entities)}",
-            "entities",
+            columns=["Label", "Entities", "Docs"],
+            row=lambda k, n: [k, str(n), str(c.entity_docs[k])],
+            plot=("Entities per label", "entities per label", "entities"),
         )
     asked = {k: c.answered[k] + c.null_answers[k] for k in set(c.answered) | set(c.null_answers)}
     # A doc's own questions (e.g. SQuAD's, by question id) are asked once each:
@@ -151,3 +138,39 @@ def collection_section(c: Collection, figures: Figures) -> List[Block]:
 def _most_frequent(counts: Counter, k: int = TOP_LABELS) -> List[Tuple[str, int]]:
     """The k most frequent items, ties in alphabetical order."""
     return sorted(counts.items(), key=lambda i: (-i[1], i[0]))[:k]
+
+
+def _label_counts(
+    c: Collection,
+    figures: Figures,
+    counts: Counter,
+    kind: str,
+    *,
+    summary: Callable[[str], str],
+    columns: List[str],
+    row: Callable[[str, int], List[str]],
+    plot: Tuple[str, str, str],
+) -> List[Block]:
+    """The most frequent labels of one kind ("categories", "entities"): a heading,
+    `summary(shown)`, a table of `row(label, count)` and a bar chart.
+
+    plot (Tuple[str, str, str]): the picture's alt text, what its title counts and
+        the bars' unit.
+    """
+    top = _most_frequent(counts)
+    shown = f"the {len(top)} most frequent of" if len(top) < len(counts) else "all"
+    alt, counted, unit = plot
+    blocks: List[Block] = [
+        Heading(3, f"{kind.capitalize()} of {c.path.name}"),
+        Paragraph(summary(shown)),
+        Table(columns, [row(k, n) for k, n in top]),
+    ]
+    blocks += figures.image(
+        f"annotated_{c.name}_{kind}",
+        f"{alt}, {c.name}",
+        draw_count_bars,
+        top,
+        f"{c.path.name}: {counted}, {shown} {len(counts)}",
+        unit,
+    )
+    return blocks

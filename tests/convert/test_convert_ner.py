@@ -3,7 +3,6 @@ import re
 from typing import Any, List, Tuple
 
 import pytest
-import spacy
 from helpers import DATASETS, write, write_jsonl
 from spacy.tokens import Doc, DocBin
 from spacy.training import docs_to_json
@@ -16,13 +15,6 @@ from spacy_bert_pipes.convert import (
     read_spacy_json,
     write_docbin,
 )
-
-
-@pytest.fixture(scope="module")
-def nlp():
-    # Shared: the tests only tokenize and add strings to the vocab.
-    return spacy.blank("en")
-
 
 # Two documents of CoNLL 2003 columns (token POS chunk NER), the second of two
 # sentences, and an empty document between them.

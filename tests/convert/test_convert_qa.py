@@ -3,7 +3,6 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 import pytest
-import spacy
 from helpers import DATASETS, write
 from spacy.tokens import Doc, DocBin
 
@@ -15,13 +14,6 @@ from spacy_bert_pipes.convert import (
     read_squad,
     write_docbin,
 )
-
-
-@pytest.fixture(scope="module")
-def nlp():
-    # Shared: the tests only tokenize and add strings to the vocab.
-    return spacy.blank("en")
-
 
 BRONCOS = "The Broncos beat the Panthers in Santa Clara. The Broncos won."
 PARIS = "Paris is big. I love Paris, and Paris loves me."

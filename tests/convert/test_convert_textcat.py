@@ -2,7 +2,6 @@ import json
 import re
 
 import pytest
-import spacy
 from helpers import write, write_jsonl
 from spacy.tokens import DocBin
 
@@ -22,12 +21,6 @@ from spacy_bert_pipes.convert import (
 CSV_TEXT = (
     'text,label\nplain text,a\n"with, comma and ""quotes""\nand a newline",b\n,a\n\nlast one,c\n'
 )
-
-
-@pytest.fixture(scope="module")
-def nlp():
-    # Shared: the tests only tokenize and add strings to the vocab.
-    return spacy.blank("en")
 
 
 def test_read_csv_quoted_fields_and_line_numbers(tmp_path):

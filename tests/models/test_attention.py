@@ -18,12 +18,7 @@ TEXT = "My card payment did not arrive in Paris!"
 LONG = " ".join(["why is my new card not working in london"] * 4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_encoder(path: Path, **kwargs) -> Model:  # type: ignore[no-untyped-def]

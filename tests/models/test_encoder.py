@@ -8,10 +8,11 @@ import numpy
 import pytest
 import spacy
 import torch
+from helpers import write_tiny_bert
 from numpy.testing import assert_allclose
 from spacy.tokens import Doc
 from thinc.api import Adam
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertModel, BertTokenizerFast
 
 from spacy_bert_pipes.models.encoder import BertEncoder
 from spacy_bert_pipes.models.loaders import HFCheckpoint
@@ -27,13 +28,7 @@ LONG = (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and leave the other cores alone."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -53,22 +48,10 @@ def still_bert(tiny_bert, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def four_layer_bert(tiny_bert, tmp_path_factory):
+def four_layer_bert(tmp_path_factory):
     """A 4-layer variant of the tiny checkpoint (for the last-four-layers options)."""
     path = tmp_path_factory.mktemp("four_layer_bert")
-    tokenizer = BertTokenizerFast.from_pretrained(tiny_bert)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(1)
-    BertModel(config).save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
-    return path
+    return write_tiny_bert(path, num_hidden_layers=4, max_position_embeddings=64, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -371,7 +354,7 @@ def test_bf16_is_close_to_fp32(tiny_bert, nlp):
 
 
 def test_bf16_predict_pads_long_batches_without_changing_outputs(tiny_bert, nlp, monkeypatch):
-    from spacy_bert_pipes.models.hf_shim import padded_length
+    from spacy_bert_pipes.models.precision import padded_length
 
     docs = [nlp(SHORT), nlp(LONG), nlp("a b")]
     encoder = make_encoder(tiny_bert, max_length=60, stride=8, precision="bf16")
@@ -392,7 +375,7 @@ def test_bf16_predict_pads_long_batches_without_changing_outputs(tiny_bert, nlp,
     monkeypatch.setattr(type(shim), "padded_length", lambda self, longest, is_train: longest)
     widths.clear()
     unpadded = encoder.predict(docs)
-    # long batches rounded up (to 16 or 8), short ones left alone (hf_shim.padded_length)
+    # long batches rounded up (to 16 or 8), short ones left alone (precision.padded_length)
     assert padded_widths == [padded_length(w, "bf16", shim.device) for w in widths]
     assert padded_widths != widths
     for a, b in zip(unpadded, padded):
@@ -439,14 +422,14 @@ def test_reduced_copy_follows_weight_updates(tiny_bert, nlp):
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
-    from spacy_bert_pipes.models import hf_shim
+    from spacy_bert_pipes.models import precision
 
     cpu = torch.device("cpu")
-    assert hf_shim.resolve_precision("int8", cpu) == "int8"
-    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
-    assert hf_shim.resolve_precision("auto", cpu) == "bf16"
-    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
-    assert hf_shim.resolve_precision("auto", cpu) == "fp32"
+    assert precision.resolve_precision("int8", cpu) == "int8"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert precision.resolve_precision("auto", cpu) == "bf16"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert precision.resolve_precision("auto", cpu) == "fp32"
 
 
 def _with_sentences(nlp, sentences):

@@ -23,14 +23,7 @@ from spacy_bert_pipes.models.heads import (
 from spacy_bert_pipes.models.loaders import HFCheckpoint
 from spacy_bert_pipes.models.types import DocEncoding
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and leave the other cores alone."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_encodings(n_pieces, width=5, seed=0):

@@ -15,20 +15,15 @@ from thinc.api import SGD, Adam, RAdam, fix_random_seed, warmup_linear
 from transformers import BertModel, BertTokenizer
 
 from spacy_bert_pipes.models.encoder import BertEncoder
-from spacy_bert_pipes.models.hf_shim import HFShim, TransformerModule
+from spacy_bert_pipes.models.hf_shim import HFShim
 from spacy_bert_pipes.models.loaders import HFCheckpoint
+from spacy_bert_pipes.models.transformer_module import TransformerModule
 from spacy_bert_pipes.models.types import DocEncodingGrad
 
 TEXTS = ["Hello world, my card did not arrive.", "", "why is my transfer still waiting? " * 6]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and leave the other cores alone."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -329,7 +324,7 @@ def test_fused_adam_equals_thincs_adam(tiny_bert, docs, settings):
 
 def test_fused_adam_is_used_for_adam_on_the_cpu(tiny_bert, docs):
     params = list(make_encoder(tiny_bert).shims[0].module.named_parameters())
-    from spacy_bert_pipes.models.hf_shim import fused_adam_applies
+    from spacy_bert_pipes.models.fused_adam import fused_adam_applies
 
     assert fused_adam_applies(Adam(0.01), params)
     assert fused_adam_applies(Adam(0.01, use_averages=False), params)

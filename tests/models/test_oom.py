@@ -2,7 +2,7 @@
 (tested on the CPU by making the transformer raise OOM for big batches)."""
 
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, List
 
 import numpy
 import pytest
@@ -11,19 +11,14 @@ import torch
 from helpers import WORDS
 
 from spacy_bert_pipes.models.encoder import BertEncoder
-from spacy_bert_pipes.models.hf_shim import TransformerModule
 from spacy_bert_pipes.models.loaders import HFCheckpoint
 from spacy_bert_pipes.models.oom import WindowOutOfMemoryError
+from spacy_bert_pipes.models.transformer_module import TransformerModule
 
 ORIGINAL_FORWARD = TransformerModule.forward
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -1,36 +1,19 @@
 """Pooling recipes read from sentence-transformers checkpoints, and the pooling itself."""
 
-import json
 from pathlib import Path
 
 import numpy
 import pytest
+from helpers import write_sentence_transformers_layout
 
 from spacy_bert_pipes.models.pooling import Pooling, pool, pool_doc, read_pooling
 from spacy_bert_pipes.models.types import DocEncoding
 
 
 def st_folder(path: Path, pooling: dict, normalize: bool) -> Path:
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
-    ]
-    modules.append(
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    return write_sentence_transformers_layout(
+        path, pooling, normalize=normalize, max_seq_length=256
     )
-    if normalize:
-        modules.append(
-            {
-                "idx": 2,
-                "name": "2",
-                "path": "2_Normalize",
-                "type": "sentence_transformers.models.Normalize",
-            }
-        )
-    (path / "modules.json").write_text(json.dumps(modules))
-    (path / "1_Pooling").mkdir()
-    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
-    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
-    return path
 
 
 def test_reads_modes_in_sentence_transformers_order(tmp_path: Path) -> None:

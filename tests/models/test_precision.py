@@ -7,10 +7,11 @@ import pytest
 import spacy
 import torch
 
-from spacy_bert_pipes.models import hf_shim
+from spacy_bert_pipes.models import precision as precision_module
 from spacy_bert_pipes.models.encoder import BertEncoder, BertEncoderV2
-from spacy_bert_pipes.models.hf_shim import padded_length, resolve_precision
 from spacy_bert_pipes.models.loaders import HFCheckpoint
+from spacy_bert_pipes.models.precision import padded_length, resolve_precision
+from spacy_bert_pipes.models.transformer_module import TransformerModule
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda", 0)
@@ -31,17 +32,19 @@ def loaded(encoder, path):
 
 @pytest.fixture
 def fast_bf16_cpu(monkeypatch):
-    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    monkeypatch.setattr(
+        precision_module, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"})
+    )
 
 
 @pytest.fixture
 def plain_cpu(monkeypatch):
-    monkeypatch.setattr(hf_shim, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset({"avx2"}))
 
 
 def test_auto_on_the_cpu_is_bf16_only_with_fast_bf16(monkeypatch):
     for flags, want in (({"avx512_bf16"}, "bf16"), ({"amx_bf16"}, "bf16"), ({"avx2"}, "fp32")):
-        monkeypatch.setattr(hf_shim, "cpu_flags", lambda flags=flags: frozenset(flags))
+        monkeypatch.setattr(precision_module, "cpu_flags", lambda flags=flags: frozenset(flags))
         assert resolve_precision("auto", CPU) == want
     # explicit settings pass through; tf32 is a CUDA mode
     assert resolve_precision("int8", CPU) == "int8"
@@ -113,14 +116,14 @@ def test_cpu_prediction_changes_no_torch_settings(tiny_bert, docs):
     encoder = loaded(BertEncoderV2(precision="tf32", predict_precision="tf32"), tiny_bert)
     before = torch.get_float32_matmul_precision()
     seen = []
-    forward = hf_shim.TransformerModule.forward
+    forward = TransformerModule.forward
 
     def spy(self, *args, **kwargs):
         seen.append(torch.get_float32_matmul_precision())
         return forward(self, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hf_shim.TransformerModule, "forward", spy)
+        patch.setattr(TransformerModule, "forward", spy)
         encoder.predict(docs)
     assert seen and set(seen) == {before}
     assert torch.get_float32_matmul_precision() == before
@@ -132,7 +135,7 @@ def test_cuda_prediction_avoids_cudnn_attention_and_restores_tf32(tiny_bert, doc
     from thinc.api import use_ops
 
     seen = []
-    forward = hf_shim.TransformerModule.forward
+    forward = TransformerModule.forward
 
     def spy(self, *args, **kwargs):
         seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.get_float32_matmul_precision()))
@@ -145,7 +148,7 @@ def test_cuda_prediction_avoids_cudnn_attention_and_restores_tf32(tiny_bert, doc
         reference = loaded(BertEncoderV2(predict_precision="fp32"), tiny_bert)
         reference.to_gpu(0)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(hf_shim.TransformerModule, "forward", spy)
+            patch.setattr(TransformerModule, "forward", spy)
             got = encoder.predict(docs)
         want = reference.predict(docs)
     assert seen and all(not cudnn for cudnn, _ in seen)

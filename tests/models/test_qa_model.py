@@ -5,7 +5,6 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-import torch
 
 from spacy_bert_pipes.models.encoder import BertEncoder
 from spacy_bert_pipes.models.loaders import HFCheckpoint
@@ -20,13 +19,7 @@ from spacy_bert_pipes.models.qa import (
     window_targets,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_model(tiny_bert: Path, **kwargs):  # type: ignore[no-untyped-def]

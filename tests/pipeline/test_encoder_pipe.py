@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import spacy
-from helpers import SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from helpers import SMALL_ENCODER, TRAIN_TEXTS, count_calls, loader_config, textcat_examples
 from spacy.language import Language
 
 from spacy_bert_pipes.models import encoder as encoder_module
@@ -35,14 +35,7 @@ def test_shared_encoder_trains_and_runs_once_per_batch(
     examples = textcat_examples(nlp)
     optimizer = nlp.initialize(lambda: examples)
     optimizer.learn_rate = 2e-3
-    calls = []
-    original = encoder_module.run_windows
-
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(encoder_module, "run_windows", counting)
+    calls = count_calls(monkeypatch, encoder_module, "run_windows")
     for _ in range(60):
         nlp.update(examples, sgd=optimizer)
     assert len(calls) == 60

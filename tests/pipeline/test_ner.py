@@ -10,6 +10,7 @@ from helpers import (
     NER_LABELS,
     NER_TEXTS,
     SMALL_ENCODER,
+    count_calls,
     loader_config,
     ner_examples,
     textcat_examples,
@@ -315,7 +316,9 @@ def test_pipe_with_two_processes_matches_one(trained_nlp: Language) -> None:
         assert s1 == pytest.approx(s2, abs=1e-6)
 
 
-def test_shares_one_encoder_pass_with_textcat(tiny_bert: Path) -> None:
+def test_shares_one_encoder_pass_with_textcat(
+    tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from spacy_bert_pipes.models import encoder as encoder_module
 
     nlp = spacy.blank("en")
@@ -340,18 +343,8 @@ def test_shares_one_encoder_pass_with_textcat(tiny_bert: Path) -> None:
     assert nlp.get_pipe("bert_encoder").listening_components == ["bert_textcat", "bert_ner"]
     for _ in range(60):
         nlp.update(examples, sgd=optimizer)
-    calls = []
-    original = encoder_module.run_windows
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    encoder_module.run_windows = counting
-    try:
-        docs = list(nlp.pipe([t for t, _ in NER_TEXTS], batch_size=len(NER_TEXTS)))
-    finally:
-        encoder_module.run_windows = original
+    calls = count_calls(monkeypatch, encoder_module, "run_windows")
+    docs = list(nlp.pipe([t for t, _ in NER_TEXTS], batch_size=len(NER_TEXTS)))
     assert len(calls) == 1
     for doc, (_, gold) in zip(docs, NER_TEXTS):
         assert ents(doc) == gold

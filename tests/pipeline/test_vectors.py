@@ -1,6 +1,5 @@
 """bert_vectors: doc/span/token vectors and similarity from the encoder's output."""
 
-import json
 import pickle
 import shutil
 from pathlib import Path
@@ -9,7 +8,14 @@ from typing import List
 import numpy
 import pytest
 import spacy
-from helpers import SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from helpers import (
+    SMALL_ENCODER,
+    TRAIN_TEXTS,
+    count_calls,
+    loader_config,
+    textcat_examples,
+    write_sentence_transformers_layout,
+)
 from spacy.language import Language
 
 from spacy_bert_pipes.models import encoder as encoder_module
@@ -24,27 +30,8 @@ def st_bert(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
     """The tiny BERT in sentence-transformers layout: mean pooling, normalised."""
     path = tmp_path_factory.mktemp("st_bert") / "model"
     shutil.copytree(tiny_bert, path)
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {
-            "idx": 1,
-            "name": "1",
-            "path": "1_Pooling",
-            "type": "sentence_transformers.models.Pooling",
-        },
-        {
-            "idx": 2,
-            "name": "2",
-            "path": "2_Normalize",
-            "type": "sentence_transformers.models.Normalize",
-        },
-    ]
-    (path / "modules.json").write_text(json.dumps(modules))
-    (path / "1_Pooling").mkdir()
     pooling = {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}
-    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
-    (path / "2_Normalize").mkdir()
-    return path
+    return write_sentence_transformers_layout(path, pooling, normalize=True)
 
 
 def vectors_nlp(checkpoint: Path, encoder: dict = SMALL_ENCODER) -> Language:
@@ -173,14 +160,7 @@ def test_one_pass_feeds_heads_and_vectors(st_bert: Path, monkeypatch: pytest.Mon
     nlp.add_pipe("bert_vectors")
     nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(st_bert)
     nlp.initialize(lambda: textcat_examples(nlp))
-    calls = []
-    original = encoder_module.run_windows
-
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(encoder_module, "run_windows", counting)
+    calls = count_calls(monkeypatch, encoder_module, "run_windows")
     docs = list(nlp.pipe([t for t, _ in TRAIN_TEXTS], batch_size=len(TRAIN_TEXTS)))
     assert len(calls) == 1
     assert all(doc.cats and doc.has_vector and doc.vector.shape == (32,) for doc in docs)

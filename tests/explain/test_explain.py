@@ -9,7 +9,7 @@ import numpy
 import pytest
 import spacy
 import torch
-from helpers import NER_TEXTS, SMALL_ENCODER, loader_config, textcat_examples
+from helpers import SMALL_ENCODER, loader_config, textcat_examples, tiny_pipeline
 from numpy.testing import assert_allclose
 from spacy.language import Language
 from spacy.training import Example
@@ -23,29 +23,13 @@ TEXT = "why is my new card not working in london?"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n_threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def own_nlp(tiny_bert: Path) -> Language:
     """bert_textcat and bert_ner, each on its own encoder, and a sentencizer."""
-    nlp = spacy.blank("en")
-    nlp.add_pipe("sentencizer")
-    for name in ("bert_textcat", "bert_ner"):
-        nlp.add_pipe(name, config={"model": {"encoder": SMALL_ENCODER}})
-        nlp.config["initialize"]["components"][name] = loader_config(tiny_bert)
-    cats = {"card": 1.0, "other": 0.0}
-    examples = [
-        Example.from_dict(nlp.make_doc(text), {"entities": ents, "cats": cats})
-        for text, ents in NER_TEXTS
-    ]
-    nlp.initialize(lambda: examples)
-    return nlp
+    return tiny_pipeline(tiny_bert, qa=False, sentencizer=True)
 
 
 @pytest.fixture(scope="module")
