@@ -451,9 +451,10 @@ def collection_neighbours(
             rows = present[start : start + batch_size]
             queries = unit_rows(collection.vectors[rows])
             scores, positions = index.search(queries, n_hits)
-            more = n_hits < len(present) and scores[:, -1] >= threshold
+            # all rows returned: nothing more to find
+            more = (scores[:, -1] >= threshold) & (n_hits < len(present))
             extra = _range_hits(index, queries[more], radius) if more.any() else {}
-            more_rows = numpy.nonzero(more)[0].tolist() if n_hits < len(present) else []
+            more_rows = numpy.nonzero(more)[0].tolist()
             for q, row in enumerate(rows.tolist()):
                 hits = [
                     (float(score), int(present[p]))

@@ -293,7 +293,7 @@ def draw_collection_map(
     ax = fig.add_subplot()
     palette = [
         "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-        "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f",
+        "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79",
     ]  # fmt: skip
     labels = numpy.asarray(groups, dtype=object)
     size = 14.0 if len(groups) <= 2000 else max(1.0, 14.0 * (2000 / len(groups)) ** 0.5)
