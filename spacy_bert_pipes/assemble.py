@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import spacy
 from spacy.language import Language
+from spacy.training import Example
 from thinc.api import Model
 
 from .models.listener import EncoderListener
@@ -243,18 +244,20 @@ def _add_vectors(nlp: Language, source: str) -> Dict[str, Any]:
     from .models.loaders import HFCheckpoint, resolve_source
     from .models.pooling import read_pooling
 
+    encoder_name = _free_name(nlp, "vectors_encoder")
+    vectors_name = _free_name(nlp, "bert_vectors")
     try:
         recipe = read_pooling(resolve_source(source))
-    except (OSError, ValueError) as err:
-        raise AssembleError(f"--vectors {source}: {err}") from err
-    model: Dict[str, Any] = {}
-    if recipe.max_seq_length:
-        model["max_length"] = recipe.max_seq_length
-    encoder_name = _free_name(nlp, "vectors_encoder")
-    encoder = nlp.add_pipe("bert_encoder", name=encoder_name, config={"model": model})
-    encoder.initialize(lambda: [], nlp=nlp, encoder_loader=HFCheckpoint(source))
-    vectors_name = _free_name(nlp, "bert_vectors")
-    nlp.add_pipe("bert_vectors", name=vectors_name).initialize(nlp=nlp, checkpoint=source)
+        model: Dict[str, Any] = {}
+        if recipe.max_seq_length:
+            model["max_length"] = recipe.max_seq_length
+        encoder = nlp.add_pipe("bert_encoder", name=encoder_name, config={"model": model})
+        # the encoder learns nothing from examples; spaCy wants a non-empty sample
+        sample = [Example(nlp.make_doc("text"), nlp.make_doc("text"))]
+        encoder.initialize(lambda: sample, nlp=nlp, encoder_loader=HFCheckpoint(source))
+        nlp.add_pipe("bert_vectors", name=vectors_name).initialize(nlp=nlp, checkpoint=source)
+    except (OSError, ValueError) as err:  # no such checkpoint, or one that cannot be read
+        raise AssembleError(f"vectors {source}: {err}") from err
     return {
         "encoder": encoder_name,
         "vectors": vectors_name,
