@@ -251,11 +251,12 @@ def _add_vectors(nlp: Language, source: str) -> Dict[str, Any]:
         model: Dict[str, Any] = {}
         if recipe.max_seq_length:
             model["max_length"] = recipe.max_seq_length
-        encoder = nlp.add_pipe("bert_encoder", name=encoder_name, config={"model": model})
+        encoder: Any = nlp.add_pipe("bert_encoder", name=encoder_name, config={"model": model})
         # the encoder learns nothing from examples; spaCy wants a non-empty sample
         sample = [Example(nlp.make_doc("text"), nlp.make_doc("text"))]
         encoder.initialize(lambda: sample, nlp=nlp, encoder_loader=HFCheckpoint(source))
-        nlp.add_pipe("bert_vectors", name=vectors_name).initialize(nlp=nlp, checkpoint=source)
+        vectors: Any = nlp.add_pipe("bert_vectors", name=vectors_name)
+        vectors.initialize(nlp=nlp, checkpoint=source)
     except (OSError, ValueError) as err:  # no such checkpoint, or one that cannot be read
         raise AssembleError(f"vectors {source}: {err}") from err
     return {
