@@ -257,3 +257,34 @@ def test_similar_collection_errors_name_the_file_and_row(tmp_path: Path) -> None
     inputs = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "text": "t"} for i in (0, 1, 3)])
     with pytest.raises(ConversionError, match=r"d.jsonl:3: id 'r2' has no text in .*in.jsonl"):
         similar_collection(path, texts=inputs)
+
+
+def test_similar_collection_reads_parquet_shards(tmp_path: Path) -> None:
+    """A folder of Parquet shards, as `annotate --vectors` writes it: the JSON
+    text cells and a fixed-size list column."""
+    collection = planted(100, 8)
+    rows = annotated_rows(collection)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for shard, part in enumerate((rows[:60], rows[60:])):
+        vectors = numpy.asarray([r["vector"] for r in part], dtype="float32")
+        values = pyarrow.FixedSizeListArray.from_arrays(pyarrow.array(vectors.ravel()), 8)
+        cells = {"id": [r["id"] for r in part]}
+        cells |= {k: [json.dumps(r[k]) for r in part] for k in ("cats", "entities", "answers")}
+        table = pyarrow.table({**cells, "vector": values})
+        pq.write_table(table, folder / f"part-{shard:06d}.parquet")
+    result = similar_collection(folder, intent_labels=["intent0", "intent1"], k=2, threshold=0.99)
+    assert result.collection.ids == collection.ids
+    assert result.intents[:3] == ["intent0", "intent1", None]
+    assert sorted((p.first, p.second) for p in result.found.pairs)[:3] == [
+        (7, 10),
+        (7, 20),
+        (7, 30),
+    ]
+    paths = write_similar(result)
+    assert [p.name for p in paths] == [
+        "out_duplicates.jsonl",
+        "out_neighbours.jsonl",
+        "out_similar.json",
+    ]
+    assert all(p.parent == tmp_path for p in paths)
