@@ -14,7 +14,12 @@ A component whose encoder reads each sentence apart (`context = "sentence"`,
 as `configs/ner.cfg` trains on CoNLL's sentences) needs sentence boundaries,
 which no copied component sets: a rule-based `sentencizer` is added first
 (unless `sentencizer=False`), so that paragraphs are read as in training.
-`assemble.json`, written beside the pipeline, says where each component came from.
+With `vectors=ENCODER`, a `bert_encoder` loaded from ENCODER (not fine-tuned:
+a sentence-embedding checkpoint such as the default all-MiniLM-L6-v2) and a
+`bert_vectors` component are added last, so that the pipeline's `doc.vector`
+and `similarity` are the checkpoint's sentence embeddings (one more encoder
+pass; see docs/vectors.md). `assemble.json`, written beside the pipeline, says
+where each component came from.
 """
 
 import json
@@ -26,6 +31,7 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import spacy
 from spacy.language import Language
+from spacy.training import Example
 from thinc.api import Model
 
 from .models.listener import EncoderListener
@@ -77,18 +83,22 @@ class Assembled:
     nlp (Language): The pipeline.
     components (List[SourcedComponent]): Its components, in pipeline order.
     notes (List[str]): What to keep in mind (renamed components, clashes).
+    vectors (Optional[Dict[str, Any]]): The components added for doc vectors
+        (encoder, vectors, source, pooling), or None.
     """
 
     nlp: Language
     components: List[SourcedComponent]
     notes: List[str] = field(default_factory=list)
+    vectors: Optional[Dict[str, Any]] = None
 
     def manifest(self) -> Dict[str, Any]:
         """The contents of assemble.json."""
         return {
             "pipeline": self.nlp.pipe_names,
             "components": [asdict(c) for c in self.components],
-            "encoder_passes": len(self.components),
+            "encoder_passes": len(self.components) + (self.vectors is not None),
+            "vectors": self.vectors,
             "note": (
                 "Each component runs its own fine-tuned encoder: one encoder pass per "
                 "component. One shared pass needs the heads trained together on one "
@@ -99,7 +109,10 @@ class Assembled:
 
 
 def assemble(
-    sources: Sequence[Tuple[str, Union[str, Path]]], *, sentencizer: bool = True
+    sources: Sequence[Tuple[str, Union[str, Path]]],
+    *,
+    sentencizer: bool = True,
+    vectors: Optional[str] = None,
 ) -> Assembled:
     """Copy the trained components of several pipelines into one.
 
@@ -108,6 +121,9 @@ def assemble(
         component of that kind in the pipeline (a folder or package) is copied.
     sentencizer (bool): Add spaCy's rule-based sentencizer first when a component
         encodes each sentence apart (encoder `context = "sentence"`).
+    vectors (Optional[str]): A checkpoint (folder or installed package) whose
+        sentence embeddings become `doc.vector`: a `bert_encoder` loaded from it
+        and a `bert_vectors` are added last. None: no doc vectors.
     RETURNS (Assembled): The pipeline, and where each component came from.
     """
     if not sources:
@@ -217,7 +233,38 @@ def assemble(
             "(context 'sentence'), but nothing sets sentence boundaries: each doc is "
             "read as one sentence"
         )
-    return Assembled(nlp, components, notes)
+    added = _add_vectors(nlp, vectors) if vectors is not None else None
+    return Assembled(nlp, components, notes, added)
+
+
+def _add_vectors(nlp: Language, source: str) -> Dict[str, Any]:
+    """Add a `bert_encoder` loaded from `source` and a `bert_vectors` reading it,
+    last; the encoder reads up to the checkpoint's `max_seq_length` wordpieces
+    in one window, as sentence-transformers does."""
+    from .models.loaders import HFCheckpoint, resolve_source
+    from .models.pooling import read_pooling
+
+    encoder_name = _free_name(nlp, "vectors_encoder")
+    vectors_name = _free_name(nlp, "bert_vectors")
+    try:
+        recipe = read_pooling(resolve_source(source))
+        model: Dict[str, Any] = {}
+        if recipe.max_seq_length:
+            model["max_length"] = recipe.max_seq_length
+        encoder: Any = nlp.add_pipe("bert_encoder", name=encoder_name, config={"model": model})
+        # the encoder learns nothing from examples; spaCy wants a non-empty sample
+        sample = [Example(nlp.make_doc("text"), nlp.make_doc("text"))]
+        encoder.initialize(lambda: sample, nlp=nlp, encoder_loader=HFCheckpoint(source))
+        vectors: Any = nlp.add_pipe("bert_vectors", name=vectors_name)
+        vectors.initialize(nlp=nlp, checkpoint=source)
+    except (OSError, ValueError) as err:  # no such checkpoint, or one that cannot be read
+        raise AssembleError(f"vectors {source}: {err}") from err
+    return {
+        "encoder": encoder_name,
+        "vectors": vectors_name,
+        "source": source,
+        "pooling": recipe.to_dict(),
+    }
 
 
 def save_assembled(assembled: Assembled, output: Union[str, Path]) -> Path:

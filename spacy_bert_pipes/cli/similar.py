@@ -1,4 +1,6 @@
-"""`bert-pipes similar VECTORS QUERY`: the nearest rows of a vectors file."""
+"""`bert-pipes similar VECTORS QUERY`: the nearest rows of a vectors file;
+`bert-pipes similar-collection ANNOTATIONS`: the near-duplicates and most
+similar rows of a whole annotated collection."""
 
 import json
 from pathlib import Path
@@ -8,8 +10,17 @@ import typer
 from wasabi import Printer
 
 from ..io.errors import ConversionError
-from ..similar import IndexKind, Neighbour, VectorIndex, embed_texts, read_vectors
-from .common import app, fail
+from ..similar import (
+    IndexKind,
+    Neighbour,
+    VectorIndex,
+    embed_texts,
+    read_labels,
+    read_vectors,
+    similar_collection,
+    write_similar,
+)
+from .common import app, fail, text_column_option
 
 
 @app.command("similar")
@@ -94,3 +105,78 @@ def similar_cli(
 
 def _rows(hits: List[Neighbour]) -> List[tuple]:
     return [(rank, hit.id, f"{hit.cosine:.4f}") for rank, hit in enumerate(hits, 1)]
+
+
+@app.command("similar-collection")
+def similar_collection_cli(
+    annotations: Path = typer.Argument(
+        ...,
+        help="An OUTPUT of `bert-pipes annotate --vectors` (.jsonl, .parquet or a folder "
+        "of Parquet shards)",
+        metavar="ANNOTATIONS",
+        exists=True,
+    ),
+    texts: Optional[Path] = typer.Option(
+        None,
+        "--texts",
+        help="The input ANNOTATIONS was annotated from: the pairs get their texts (by id)",
+        exists=True,
+        show_default=False,
+    ),
+    text_column: str = text_column_option(),
+    id_column: Optional[str] = typer.Option(
+        None, "--id-column", help="The id column of --texts (default: 'id' if it has one)"
+    ),
+    intents: Optional[Path] = typer.Option(
+        None,
+        "--intents",
+        help="The labels a row's intent (its most probable category) is chosen from: a JSON "
+        "list or one label a line (default: all categories)",
+        exists=True,
+        dir_okay=False,
+        show_default=False,
+    ),
+    threshold: float = typer.Option(
+        0.95, "--threshold", min=-1.0, max=1.0, help="The cosine of a near-duplicate pair"
+    ),
+    k: int = typer.Option(5, "--top-k", "-k", min=1, help="Most similar rows kept per row"),
+    output_dir: Optional[Path] = typer.Option(
+        None,
+        "--output-dir",
+        "-o",
+        help="Where to write (default: beside ANNOTATIONS)",
+        file_okay=False,
+        show_default=False,
+    ),
+) -> None:
+    """Find the near-duplicate pairs and each row's most similar rows in ANNOTATIONS.
+
+    An exact search (faiss, cosine) of every row against all others. Writes,
+    for ANNOTATIONS <stem>.jsonl: <stem>_duplicates.jsonl (every pair with a
+    cosine >= --threshold, the most similar first, with ids, predicted intents
+    and, with --texts, texts), <stem>_neighbours.jsonl (each row's --top-k most
+    similar other rows with their cosines) and <stem>_similar.json (the
+    counts, which `bert-pipes report --annotations` shows).
+    """
+    try:
+        labels = read_labels(intents) if intents is not None else None
+        result = similar_collection(
+            annotations,
+            texts=texts,
+            intent_labels=labels,
+            k=k,
+            threshold=threshold,
+            text_column=text_column,
+            id_column=id_column,
+            progress=True,
+        )
+        paths = write_similar(result, output_dir)
+    except (ConversionError, ValueError, ImportError) as err:
+        fail(str(err))
+    summary = result.summary()
+    typer.echo(
+        f"{summary['rows']} rows ({summary['rows_without_vector']} without a vector): "
+        f"{summary['pairs']} near-duplicate pairs (cosine >= {threshold}) among "
+        f"{summary['rows_in_pairs']} rows"
+    )
+    typer.secho(f"Wrote {', '.join(map(str, paths))}", fg="green")

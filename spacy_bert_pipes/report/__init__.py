@@ -17,7 +17,8 @@ Writes into an output folder:
   exclusive classifier (its most confused labels, and all labels), NER error
   types per label, QA exact match and F1 with and without an answer, per
   question and per answer length; for an annotated collection, bars of its
-  most frequent categories, its entities per label and its answers per question.
+  most frequent categories, its entities per label and its answers per question,
+  and, with a vector column (`annotate --vectors`), a 2-D map of its rows.
 
 What a run reports depends on the keys of its metrics: `cats_*` (text
 classification), `ents_*` or `spans_<key>_*` (NER), `qa_*` (question
@@ -31,6 +32,8 @@ document.py    the blocks, their cells' formatting, to_markdown and to_html
 plots.py       the PNGs (matplotlib) and `Figures`, which draws them for a section
 textcat.py, ner.py, qa.py, collection.py
                one section per task, and one for an annotated collection
+similarity.py  an annotated collection's map (PCA of its doc vectors, coloured
+               by predicted intent) and near-duplicates (`similar-collection`)
 build.py       write_report: the sections in order, the files written
 """
 

@@ -162,3 +162,40 @@ def f_of(prf: Dict[str, Any]) -> float:
     """The F-score of a {"p", "r", "f"} dict; -1 when it has none (sorts first)."""
     value = prf.get("f")
     return float(value) if isinstance(value, (int, float)) else -1.0
+
+
+def pca_2d(vectors: Any) -> Tuple[Any, List[float]]:
+    """The rows' first two principal components (of their unit vectors, so
+    that distances follow cosine), and the share of variance each explains.
+
+    vectors (array): (rows, width), no zero rows.
+    RETURNS (Tuple[array, List[float]]): Points (rows, 2), and two shares.
+    """
+    import numpy
+
+    unit = numpy.asarray(vectors, dtype="float64")
+    unit = unit / numpy.linalg.norm(unit, axis=1, keepdims=True)
+    centred = unit - unit.mean(axis=0)
+    # the eigenvectors of the (width, width) covariance: cheap for any number of rows
+    values, axes = numpy.linalg.eigh(centred.T @ centred)
+    order = numpy.argsort(values)[::-1][:2]
+    axes = axes[:, order]
+    # a sign that does not depend on the solver: the largest loading positive
+    columns = numpy.arange(axes.shape[1])
+    axes = axes * numpy.sign(axes[numpy.abs(axes).argmax(axis=0), columns])
+    points = centred @ axes
+    total = float(values.sum())
+    shares = [float(values[i]) / total if total > 0 else 0.0 for i in order]
+    return points, shares
+
+
+def intent_groups(intents: List[Optional[str]], k: int) -> List[str]:
+    """Each row's group on the map: its intent if among the k most frequent
+    (ties in alphabetical order), else "other" (also for rows without one)."""
+    counts = Counter(i for i in intents if i is not None)
+    top = {label for label, _ in sorted(counts.items(), key=lambda i: (-i[1], i[0]))[:k]}
+    return [i if i in top else OTHER for i in intents]
+
+
+# The group of the rows whose intent is not among the most frequent.
+OTHER = "other"

@@ -5,7 +5,7 @@ inputs) and writes report.md, report.html and the PNGs."""
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .collection import collection_section
 from .document import Block, Heading, Paragraph, Table, duration, pct, short, to_html, to_markdown
@@ -13,6 +13,7 @@ from .inputs import Inputs, ReportError, Run, read_inputs
 from .ner import ner_section
 from .plots import Figures, figure_class
 from .qa import qa_section
+from .similarity import similarity_section
 from .textcat import textcat_section
 
 
@@ -40,6 +41,7 @@ def write_report(
     annotations: Sequence[Union[str, Path]] = (),
     title: str = "Evaluation report",
     plots: bool = True,
+    intents: Optional[Sequence[str]] = None,
 ) -> Report:
     """Write report.md, report.html and the PNGs of the metrics in `paths`.
 
@@ -52,13 +54,15 @@ def write_report(
         in a section "Annotated collection" (see `read_collection`).
     title (str): The report's title.
     plots (bool): Whether to draw the PNGs (needs matplotlib).
+    intents (Optional[Sequence[str]]): The categories an annotated row's
+        predicted intent (on the map of its vectors) is chosen from; None: all.
     RETURNS (Report): The files written.
     """
     if plots:
         figure_class()  # fail before anything is written when matplotlib is missing
     if not paths and not annotations:
         raise ReportError("Nothing to report: give metrics JSONs or folders, or annotate outputs")
-    inputs = read_inputs(paths, predictions, annotations)
+    inputs = read_inputs(paths, predictions, annotations, intents)
     if not inputs.runs and not inputs.timings and not inputs.collections:
         raise ReportError(
             f"No metrics in {', '.join(map(str, paths))}: expected JSONs with cats_, "
@@ -103,6 +107,7 @@ def document(inputs: Inputs, title: str, figures: Figures) -> List[Block]:
                 blocks += qa_section(run, figures)
     for collection in inputs.collections:
         blocks += collection_section(collection, figures)
+        blocks += similarity_section(collection, figures)
     if inputs.timings:
         blocks += _timings(inputs.timings)
     if inputs.notes:

@@ -6,9 +6,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Collection as Labels
 
 from ..io.errors import ConversionError
-from ..io.output import errors_path_for, read_error_records, read_output_rows
+from ..io.output import errors_path_for, read_error_records, read_jsonl_records, read_output_rows
+from ..similar import has_vectors, read_vectors, similar_paths, top_intent
 from .document import short
 
 PREDICTIONS_SUFFIX = "_predictions.jsonl"
@@ -19,6 +21,8 @@ TRAIN_TIME = "_train_time"
 CATEGORY_THRESHOLD = 0.5
 # Error rows of an annotated collection whose reasons are listed.
 MAX_ERROR_REASONS = 5
+# Near-duplicate pairs of an annotated collection shown as examples.
+MAX_DUPLICATE_EXAMPLES = 5
 
 
 class ReportError(ValueError):
@@ -87,6 +91,15 @@ class Collection:
     error_rows (int): Its records (non-blank lines).
     first_errors (List[Dict[str, Any]]): Its first MAX_ERROR_REASONS records.
     timing (Optional[Dict[str, Any]]): `<name>_time.json`, if found.
+    ids (List[str]): Each row's id.
+    intents (List[Optional[str]]): Each row's predicted intent: its most
+        probable category (among the report's intent labels, if given).
+    vectors (Optional[Any]): The rows' doc vectors (`annotate --vectors`), a
+        float32 array (rows, width); None without a vector column.
+    similar (Optional[Dict[str, Any]]): `<name>_similar.json` of `bert-pipes
+        similar-collection`, if found beside the output.
+    duplicate_examples (List[Dict[str, Any]]): The first MAX_DUPLICATE_EXAMPLES
+        records of its near-duplicate pairs (the most similar).
     """
 
     name: str
@@ -106,9 +119,15 @@ class Collection:
     error_rows: int = 0
     first_errors: List[Dict[str, Any]] = field(default_factory=list)
     timing: Optional[Dict[str, Any]] = None
+    ids: List[str] = field(default_factory=list)
+    intents: List[Optional[str]] = field(default_factory=list)
+    vectors: Optional[Any] = None
+    similar: Optional[Dict[str, Any]] = None
+    duplicate_examples: List[Dict[str, Any]] = field(default_factory=list)
 
-    def add(self, row: Dict[str, Any], where: str) -> None:
-        """Count one output row; `where` ("file:line") names it in errors."""
+    def add(self, row: Dict[str, Any], where: str, labels: Optional[Labels[str]] = None) -> None:
+        """Count one output row; `where` ("file:line") names it in errors;
+        `labels`: the categories its intent is chosen from (None: all)."""
         if row.get("id") is None:
             raise ReportError(f'{where}: a row without "id"')
         cats, entities, answers = row["cats"], row["entities"], row["answers"]
@@ -127,6 +146,8 @@ class Collection:
         ):
             raise ReportError(f"{where}: answers is not a list of {{key, ...}}: {_show(answers)}")
         self.rows += 1
+        self.ids.append(str(row["id"]))
+        self.intents.append(top_intent(cats, labels))
         if cats is not None:
             self.docs_with_cats += 1
             labels = [label for label, p in cats.items() if p >= CATEGORY_THRESHOLD]
@@ -179,6 +200,7 @@ def read_inputs(
     paths: Sequence[Union[str, Path]],
     predictions: Sequence[Union[str, Path]] = (),
     annotations: Sequence[Union[str, Path]] = (),
+    intents: Optional[Sequence[str]] = None,
 ) -> Inputs:
     """Gather the runs of metrics folders and files, and the annotated collections.
 
@@ -189,6 +211,8 @@ def read_inputs(
     annotations (Sequence[Union[str, Path]]): Outputs of `bert-pipes annotate`
         (see `read_collection`); each one's `<stem>_time.json` is looked for
         among the timings of `paths`, then beside it.
+    intents (Optional[Sequence[str]]): The categories a row's predicted intent
+        is chosen from (None: all).
     RETURNS (Inputs): The runs with their timings and predictions, and the collections.
     """
     json_files: List[Path] = []
@@ -231,7 +255,7 @@ def read_inputs(
     for path in dict.fromkeys(map(Path, annotations)):
         if path.stem in collections:
             raise ReportError(f"{path}: a second annotated collection named '{path.stem}'")
-        collections[path.stem] = read_collection(path, timings)
+        collections[path.stem] = read_collection(path, timings, intents)
     runs_in_order = sorted(runs.values(), key=lambda r: r.name)
     return Inputs(runs_in_order, timings, notes, list(collections.values()))
 
@@ -258,7 +282,9 @@ def read_predictions(path: Union[str, Path]) -> List[Dict[str, Any]]:
 
 
 def read_collection(
-    path: Union[str, Path], timings: Optional[Dict[str, Dict[str, Any]]] = None
+    path: Union[str, Path],
+    timings: Optional[Dict[str, Dict[str, Any]]] = None,
+    intents: Optional[Sequence[str]] = None,
 ) -> Collection:
     """Count the rows of a `bert-pipes annotate` OUTPUT, streaming them.
 
@@ -269,22 +295,33 @@ def read_collection(
     timings (Optional[Dict[str, Dict[str, Any]]]): Timing JSONs by file stem;
         `<stem>_time` is the annotation's wall time, else `<stem>_time.json`
         beside the output.
-    RETURNS (Collection): The counts.
+    intents (Optional[Sequence[str]]): The categories a row's intent is chosen
+        from (None: all).
+    RETURNS (Collection): The counts, with the doc vectors if the output has a
+        "vector" column and the summary of `bert-pipes similar-collection`
+        (`<stem>_similar.json` beside it) if there is one.
     """
     path = Path(path)
     if not path.exists():
         raise ReportError(f"{path}: no such file or folder")
     collection = Collection(path.stem, path)
     errors_path = errors_path_for(path)
+    labels = set(intents) if intents is not None else None
     try:
         for where, row in read_output_rows(path):
-            collection.add(row, where)
+            collection.add(row, where, labels)
         if errors_path.is_file():
             collection.errors_path = errors_path
             for _, record in read_error_records(errors_path):
                 collection.error_rows += 1
                 if len(collection.first_errors) < MAX_ERROR_REASONS:
                     collection.first_errors.append(record)
+        if has_vectors(path):
+            vectors = read_vectors(path)
+            if vectors.ids != collection.ids:
+                raise ReportError(f"{path}: its vectors' ids are not its rows' ids")
+            collection.vectors = vectors.vectors
+        _read_similar(collection)
     except ConversionError as err:  # not an output of annotate: the file and line say where
         raise ReportError(str(err)) from err
     timing_path = path.with_name(f"{path.stem}{TIME_SUFFIX}")
@@ -294,6 +331,26 @@ def read_collection(
     if isinstance(timing, dict):
         collection.timing = timing
     return collection
+
+
+def _read_similar(collection: Collection) -> None:
+    """`<stem>_similar.json` beside the output and the first pairs of its
+    duplicates file, if they exist."""
+    _, _, summary_path = similar_paths(collection.path)
+    if not summary_path.is_file():
+        return
+    summary = _read_json(summary_path)
+    if not isinstance(summary, dict) or not isinstance(summary.get("pairs"), int):
+        raise ReportError(f"{summary_path}: not a summary of bert-pipes similar-collection")
+    collection.similar = summary
+    duplicates = summary_path.parent / str(summary.get("duplicates", ""))
+    if summary["pairs"] and duplicates.is_file():
+        for where, record in read_jsonl_records(duplicates):
+            if len(collection.duplicate_examples) >= MAX_DUPLICATE_EXAMPLES:
+                break
+            if not isinstance(record, dict) or "cosine" not in record:
+                raise ReportError(f"{where}: not a pair of bert-pipes similar-collection")
+            collection.duplicate_examples.append(record)
 
 
 def _is_number(value: Any) -> bool:

@@ -271,3 +271,57 @@ def draw_grouped_bars(
     ax.set_title(title, fontsize=11)
     fig.legend(loc="outside lower center", ncol=len(series), fontsize=8, frameon=False)
     fig.savefig(path)
+
+
+def draw_collection_map(
+    path: Path,
+    points: Any,
+    groups: List[str],
+    order: List[str],
+    title: str,
+    shares: List[float],
+) -> None:
+    """A scatter plot of a collection's 2-D map, a colour per group (`order`:
+    the groups in legend order, "other" in grey under the rest)."""
+    import numpy
+
+    from .analysis import OTHER
+
+    Figure = figure_class()
+    fig = Figure(figsize=(10.0, 7.0), dpi=110)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    palette = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+        "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79",
+    ]  # fmt: skip
+    labels = numpy.asarray(groups, dtype=object)
+    size = 14.0 if len(groups) <= 2000 else max(1.0, 14.0 * (2000 / len(groups)) ** 0.5)
+    colors = iter(palette)
+    for group in [OTHER, *[g for g in order if g != OTHER]]:
+        mask = labels == group
+        if not mask.any():
+            continue
+        n = int(mask.sum())
+        ax.scatter(
+            points[mask, 0],
+            points[mask, 1],
+            s=size,
+            alpha=0.45 if group == OTHER else 0.8,
+            color="#c8c8c8" if group == OTHER else next(colors, "#555555"),
+            label=f"{group} ({n})",
+            linewidths=0,
+            rasterized=True,
+        )
+    ax.set_xlabel(f"first principal component ({shares[0] * 100:.1f}% of the variance)")
+    ax.set_ylabel(f"second principal component ({shares[1] * 100:.1f}% of the variance)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_title(title, fontsize=11)
+    handles, names = ax.get_legend_handles_labels()
+    # "other" last in the legend, though drawn first (under the rest)
+    if names and names[0].startswith(f"{OTHER} ("):
+        handles, names = handles[1:] + handles[:1], names[1:] + names[:1]
+    fig.legend(
+        handles, names, loc="outside right upper", fontsize=8, frameon=False, markerscale=1.5
+    )
+    fig.savefig(path)

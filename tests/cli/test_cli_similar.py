@@ -67,3 +67,35 @@ def test_clear_errors(vectors_pipeline: Path, tmp_path: Path) -> None:
     spacy.blank("en").to_disk(no_vectors)
     result = runner.invoke(app, ["similar", file, "hello", "--pipeline", str(no_vectors)])
     assert result.exit_code == 1 and "no bert_vectors component" in result.output
+
+
+def test_similar_collection_writes_beside_the_annotations(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "cats": {"card": 0.9}, "vector": [1.0, 0.0, 0.0]},
+        {"id": "b", "cats": {"card": 0.8}, "vector": [0.999, 0.02, 0.0]},
+        {"id": "c", "cats": {"fx": 0.9}, "vector": [0.0, 1.0, 0.0]},
+    ]
+    annotations = tmp_path / "tickets.jsonl"
+    lines = [json.dumps({**r, "entities": [], "answers": []}) + "\n" for r in rows]
+    annotations.write_text("".join(lines))
+    texts = tmp_path / "in.jsonl"
+    texts.write_text(
+        "".join(json.dumps({"id": r["id"], "text": f"t {r['id']}"}) + "\n" for r in rows)
+    )
+    args = ["similar-collection", str(annotations), "--texts", str(texts), "-k", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "1 near-duplicate pairs (cosine >= 0.95) among 2 rows" in result.output
+    pairs = (tmp_path / "tickets_duplicates.jsonl").read_text().splitlines()
+    assert [json.loads(p)["text_b"] for p in pairs] == ["t b"]
+    near = [json.loads(n) for n in (tmp_path / "tickets_neighbours.jsonl").read_text().splitlines()]
+    assert [[h["id"] for h in n["neighbours"]] for n in near] == [["b"], ["a"], ["b"]]
+    assert json.loads((tmp_path / "tickets_similar.json").read_text())["pairs"] == 1
+    # a bad row: one line, naming the file and the row
+    lines[1] = json.dumps({**rows[1], "entities": [], "answers": [], "vector": [1.0]}) + "\n"
+    annotations.write_text("".join(lines))
+    result = runner.invoke(app, ["similar-collection", str(annotations)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    # (before it: the progress bar of the reading)
+    last = result.output.strip().splitlines()[-1]
+    assert last == f"{annotations}:2: the vector has 1 values, the first row has 3"

@@ -84,6 +84,8 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
         "bert_textcat_2",
         "bert_ner",
         "bert_qa",
+        "vectors_encoder",  # assemble --vectors: doc.vector for annotate --vectors
+        "bert_vectors",
     ]
     # the collection: every row annotated once, in input order, with all the heads' output
     inputs = [json.loads(line) for line in (project / "corpus" / "collection.jsonl").open()]
@@ -94,10 +96,24 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
     slot_keys = {"people", "date", "time", "first_name", "last_name"}
     for source, row in zip(inputs, rows):
         assert len(row["cats"]) == 77 + 48  # Banking77 intents and NLU++ labels
+        assert len(row["vector"]) == 384  # all-MiniLM-L6-v2's sentence embedding
         asked = {answer["key"] for answer in row["answers"]}
         assert asked == slot_keys | set(source.get("questions", {}))
     assert json.loads((project / "metrics" / "collection_time.json").read_text())["seconds"] > 0
+    # similar: every row's 5 most similar rows, and the near-duplicate pairs
+    neighbours = (project / "annotations" / "collection_neighbours.jsonl").read_text()
+    assert [json.loads(line)["id"] for line in neighbours.splitlines()] == [
+        row["id"] for row in inputs
+    ]
+    assert all(len(json.loads(line)["neighbours"]) == 5 for line in neighbours.splitlines())
+    similar = json.loads((project / "annotations" / "collection_similar.json").read_text())
+    assert similar["rows"] == 34 and similar["threshold"] == 0.95
+    pairs = (project / "annotations" / "collection_duplicates.jsonl").read_text().splitlines()
+    assert len(pairs) == similar["pairs"]
     report = (project / "reports" / "report.md").read_text()
+    assert (
+        "![Map of collection, coloured by predicted intent](annotated_collection_map.png)" in report
+    )
     assert "![F1 per label, textcat](textcat_textcat_f1.png)" in report
     assert "## Annotated collection: collection.jsonl" in report
     png = project / "reports" / "textcat_bert_textcat_confusion_top.png"
