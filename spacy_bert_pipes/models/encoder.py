@@ -35,7 +35,7 @@ from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
 from .casing import NO_CASE, piece_cases
 from .oom import run_batch
 from .types import BatchSlice, DocEncoding, DocEncodingGrad, Precision
-from .windows import pack_batches, plan_windows, segment_sums
+from .windows import cached_plan, pack_batches, segment_sums
 
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
@@ -424,7 +424,7 @@ def _layout(batch: TokenizedBatch, cls_id: int, sep_id: int, size: int, stride: 
     long_segs = numpy.flatnonzero(counts > size).tolist()
     if long_segs:
         seg_list, start_list, len_list = [], [], []
-        plans = {i: plan_windows(int(counts[i]), size, stride) for i in long_segs}
+        plans = {i: cached_plan(int(counts[i]), size, stride) for i in long_segs}
         for i in range(n_segs):
             plan = plans.get(i)
             if plan is None:

@@ -175,7 +175,16 @@ class HFShim(Shim):
 
     @property
     def device(self) -> torch.device:
-        return next(self.module.parameters()).device
+        # Asked several times per batch; walking the module for its first
+        # parameter each time cost ~1% of a host-bound run. The parameter object
+        # stays the same when the module moves (its data moves), so it is kept
+        # while the module is.
+        module = self.module
+        cached = self.__dict__.get("_first_parameter")
+        if cached is None or cached[0] is not module:
+            cached = (module, next(module.parameters()))
+            self.__dict__["_first_parameter"] = cached
+        return cached[1].device
 
     @property
     def uses_cases(self) -> bool:
@@ -345,6 +354,7 @@ class HFShim(Shim):
             self._reduced = None
 
     def to_device(self, device_type: str, device_id: int) -> None:
+        self.__dict__.pop("_first_parameter", None)
         if self._model is None:
             return
         if device_type == "cpu":

@@ -11,6 +11,7 @@ handled by the encoder. Conventions:
   window), so window edges do not decide the vector a piece gets.
 """
 
+import functools
 from dataclasses import dataclass
 from typing import Any, List, Sequence, Tuple, cast
 
@@ -80,6 +81,16 @@ def plan_windows(n_pieces: int, size: int, stride: int) -> WindowPlan:
     starts = numpy.asarray([s for s, _ in spans], dtype="i")
     position = numpy.arange(n_pieces, dtype="i") - starts[owner]
     return WindowPlan(spans, cast(Ints1d, owner), cast(Ints1d, position))
+
+
+@functools.lru_cache(maxsize=4096)
+def cached_plan(n_pieces: int, size: int, stride: int) -> WindowPlan:
+    """`plan_windows`, memoized: a plan depends only on these three numbers, and a
+    collection has few distinct lengths. Its arrays are read-only."""
+    plan = plan_windows(n_pieces, size, stride)
+    plan.owner.setflags(write=False)
+    plan.position.setflags(write=False)
+    return plan
 
 
 # A batch is closed when the next sequence would fill less than this share of the
