@@ -75,8 +75,10 @@ def load(pipeline: Path, config: str) -> Any:
     import torch
 
     torch.set_num_threads(1)
-    overrides = json.loads(config) if config else {}
-    nlp = spacy.load(pipeline, config={"components": overrides} if overrides else {})
+    nlp = spacy.load(pipeline)
+    # a pipe's saved cfg wins over spacy.load's config overrides: set it here
+    for name, settings in (json.loads(config) if config else {}).items():
+        nlp.get_pipe(name).cfg.update(settings)
     return nlp
 
 
