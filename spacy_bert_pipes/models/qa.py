@@ -416,7 +416,8 @@ def _predict_logits(
             n_windows, length, width = output.shape
             # logits of every position, then the rows kept: cheaper than gathering
             # the rows' hidden states first (2 floats a row, not `width`)
-            every = ops.affine(output.reshape((n_windows * length, width)), W, b)
+            positions = cast(Floats2d, output.reshape((n_windows * length, width)))
+            every = ops.affine(positions, W, b)  # (n_windows * length, 2)
             parts.append(every[xp.asarray(row * length + col)])  # (rows, 2)
             order.append(index)
     if parts:
