@@ -4,12 +4,19 @@ windows, and single sentences) and the Banking77 test set (bert_textcat) once
 with each checkout's code (a subprocess with that checkout on PYTHONPATH, dumping
 entities and cats to JSON), then compares: every doc the same entities (start,
 end, label) and the same top label, cats within --cats-tol (not a test).
+With --qa, also SQuAD v1.1 dev paragraphs, each asked its own questions (and
+the pipeline's), through a bert_qa pipeline: every doc the same answers (key,
+text, start, end, rank) and answer spans, scores within --cats-tol.
 
     python bench/compare_predictions.py --old /tmp/main-checkout \\
-        --ner PIPELINE --textcat PIPELINE [--new .] [--limit 0]
+        --ner PIPELINE --textcat PIPELINE [--new .] [--limit 0] \\
+        [--qa PIPELINE --qa-paragraphs 300 --qa-stub --qa-config JSON --out NAME]
 
-A pipeline with both components may be given to both options. Prints a summary
-and writes bench/results/compare_predictions.json.
+A pipeline with both components may be given to both options. `--qa-stub`
+replaces the transformer's forward by bench/qa_host.py's deterministic stub
+(the decoding is compared on non-trivial logits without the forward's cost);
+`--qa-config` overrides the component's settings ({"bert_qa": {"top_k": 3}}).
+Prints a summary and writes bench/results/compare_predictions.json (or --out).
 """
 
 import json
@@ -63,6 +70,10 @@ def dump(
     limit: int = typer.Option(0),
     data: Path = typer.Option(DATA),
     batch_size: int = typer.Option(32),
+    qa: Optional[Path] = typer.Option(None),
+    qa_paragraphs: int = typer.Option(300),
+    qa_stub: bool = typer.Option(False),
+    qa_config: str = typer.Option(""),
 ) -> None:
     """(Run in a subprocess) predict with the code on PYTHONPATH, write JSON."""
     import spacy
@@ -86,6 +97,26 @@ def dump(
         nlp = spacy.load(textcat)
         texts = banking_texts(data, limit)
         result["banking77"] = [doc.cats for doc in nlp.pipe(texts, batch_size=batch_size)]
+    if qa is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import qa_host
+
+        nlp = qa_host.load(qa, qa_config)
+        if qa_stub:
+            qa_host.stub_forward()
+        rows = []
+        items = qa_host.squad_items(data, qa_paragraphs)
+        for doc in qa_host.run(nlp, items, batch_size):
+            rows.append(
+                {
+                    "answers": doc._.answers or [],
+                    "spans": {
+                        key: [[s.start, s.end, s.label_] for s in group]
+                        for key, group in doc.spans.items()
+                    },
+                }
+            )
+        result["squad_qa"] = rows
     out.write_text(json.dumps(result), encoding="utf8")
 
 
@@ -103,11 +134,19 @@ def compare(
     ner: Optional[Path] = typer.Option(None, help="A trained pipeline with bert_ner"),
     textcat: Optional[Path] = typer.Option(None, help="A trained pipeline with bert_textcat"),
     limit: int = typer.Option(0, help="Docs per set (0: all)"),
-    cats_tol: float = typer.Option(1e-5),
+    cats_tol: float = typer.Option(1e-5, help="Largest difference of a cat or answer score"),
     data: Path = typer.Option(DATA),
+    qa: Optional[Path] = typer.Option(None, help="A trained pipeline with bert_qa"),
+    qa_paragraphs: int = typer.Option(300, help="SQuAD dev paragraphs (0: all)"),
+    qa_stub: bool = typer.Option(False, help="Stub the transformer's forward (qa_host.py)"),
+    qa_config: str = typer.Option("", help='Component overrides, {"bert_qa": {...}}'),
+    out: str = typer.Option("compare_predictions.json", help="Result file in bench/results"),
 ) -> None:
     """Predict with both checkouts and compare."""
     args = ["--limit", str(limit), "--data", str(data)]
+    if qa is not None:
+        args += ["--qa", str(qa), "--qa-paragraphs", str(qa_paragraphs)]
+        args += ["--qa-config", qa_config] + (["--qa-stub"] if qa_stub else [])
     if ner is not None:
         args += ["--ner", str(ner)]
     if textcat is not None:
@@ -164,9 +203,41 @@ def compare(
             "cats_tolerance": cats_tol,
             "same": same,
         }
+    if "squad_qa" in before:
+        a, b = before["squad_qa"], after["squad_qa"]
+        fields = ("key", "question", "text", "start", "end", "rank", "question_truncated")
+        differ = [
+            i
+            for i, (x, y) in enumerate(zip(a, b))
+            if x["spans"] != y["spans"]
+            or [[q.get(f) for f in fields] for q in x["answers"]]
+            != [[q.get(f) for f in fields] for q in y["answers"]]
+        ]
+        worst = max(
+            (
+                abs(p["score"] - q["score"])
+                for x, y in zip(a, b)
+                for p, q in zip(x["answers"], y["answers"])
+            ),
+            default=0.0,
+        )
+        same = len(a) == len(b) and not differ and worst <= cats_tol
+        ok &= same
+        report["squad_qa"] = {
+            "paragraphs": len(a),
+            "forward": "stub (bench/qa_host.py)" if qa_stub else "real",
+            "config_overrides": qa_config,
+            "answers": sum(len(x["answers"]) for x in a),
+            "null_answers": sum(q["start"] is None for x in a for q in x["answers"]),
+            "docs_with_different_answers": len(differ),
+            "first_differences": [{"doc": i, "old": a[i], "new": b[i]} for i in differ[:2]],
+            "max_score_difference": worst,
+            "score_tolerance": cats_tol,
+            "same": same,
+        }
     report["same"] = ok
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "compare_predictions.json"
+    path = RESULTS / out
     path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
     typer.echo(json.dumps(report, indent=2))
     if not ok:

@@ -14,9 +14,10 @@ from thinc.types import Floats2d, Ints1d, Ints2d
 from ..models.loaders import HFCheckpointLoader
 from ..models.qa import (
     DocQAScores,
+    QABatch,
     QAQuery,
-    SpanCandidate,
-    decode_question,
+    answer_chars,
+    decode_batch,
     softmax,
     window_targets,
 )
@@ -214,67 +215,78 @@ class BertQuestionAnswerer(TrainablePipe):
         self, doc: Doc, scores: DocQAScores, questions: Dict[str, str]
     ) -> List[Dict[str, Any]]:
         """The ranked answers (dicts) to each question, as the config asks."""
-        out: List[Dict[str, Any]] = []
-        to_numpy = self.model.ops.to_numpy
+        return self._batch_answers([doc], [scores], [questions])[0]
+
+    def _batch_answers(
+        self,
+        docs: Sequence[Doc],
+        scores: Sequence[DocQAScores],
+        questions: Sequence[Dict[str, str]],
+    ) -> List[List[Dict[str, Any]]]:
+        """The ranked answers (dicts) of every doc: the spans of all windows of the
+        batch decoded at once (`decode_batch`), their character offsets found with
+        array operations (`answer_chars`); then, per question, the same answer
+        found in several windows has its scores added (compared
+        case-insensitively), as in Hugging Face."""
         top_k = self.cfg["top_k"]
-        for (key, question), windows, truncated in zip(
-            questions.items(), scores.questions, scores.truncated
+        batch = QABatch.of(scores, self.model.ops.to_numpy)
+        found = decode_batch(batch, self.cfg["max_answer_len"], top_k)
+        starts, ends = answer_chars(batch, found, self.cfg["align_to_words"])
+        pair_of = batch.window_pair[found.window]
+        pair_doc = batch.pair_doc.tolist()
+        texts = [doc.text for doc in docs]
+        # per pair: [text, start, end, score] of each distinct answer, in order found
+        merged: List[List[List[Any]]] = [[] for _ in pair_doc]
+        index: Dict[Tuple[int, str], int] = {}
+        for pair, start, end, score in zip(
+            pair_of.tolist(), starts.tolist(), ends.tolist(), found.score.tolist()
         ):
-            candidates, null_score = decode_question(
-                windows, self.cfg["max_answer_len"], top_k, to_numpy
-            )
-            ranked = self._merge(doc, scores, candidates)
-            if self.cfg["handle_impossible_answer"]:
-                ranked.append(("", None, None, null_score))
-            ranked.sort(key=lambda a: -a[3])
-            for rank, (text, start, end, score) in enumerate(ranked[:top_k]):
-                out.append(
-                    {
-                        "key": key,
-                        "question": question,
-                        "text": text,
-                        "start": start,
-                        "end": end,
-                        "score": score,
-                        "rank": rank,
-                        "question_truncated": bool(truncated),
-                        "component": self.name,
-                    }
-                )
+            text = texts[pair_doc[pair]][start:end]
+            same = (pair, text.lower())
+            at = index.get(same)
+            if at is None:
+                index[same] = len(merged[pair])
+                merged[pair].append([text, start, end, score])
+            else:
+                merged[pair][at][3] += score
+        null_scores = found.null_score.tolist()
+        impossible = self.cfg["handle_impossible_answer"]
+        out: List[List[Dict[str, Any]]] = []
+        pair = 0
+        for doc_scores, asked in zip(scores, questions):
+            doc_out: List[Dict[str, Any]] = []
+            n_asked = min(len(asked), len(doc_scores.questions))
+            for (key, question), truncated in zip(
+                list(asked.items())[:n_asked], doc_scores.truncated
+            ):
+                ranked = merged[pair]
+                if impossible:
+                    ranked.append(["", None, None, null_scores[pair]])
+                ranked.sort(key=lambda a: -a[3])
+                for rank, (text, start, end, score) in enumerate(ranked[:top_k]):
+                    doc_out.append(
+                        {
+                            "key": key,
+                            "question": question,
+                            "text": text,
+                            "start": start,
+                            "end": end,
+                            "score": score,
+                            "rank": rank,
+                            "question_truncated": bool(truncated),
+                            "component": self.name,
+                        }
+                    )
+                pair += 1
+            pair += len(doc_scores.questions) - n_asked
+            out.append(doc_out)
         return out
 
-    def _merge(
-        self, doc: Doc, scores: DocQAScores, candidates: List[SpanCandidate]
-    ) -> List[Tuple[str, Optional[int], Optional[int], float]]:
-        """Candidates as character spans; the same answer found in several windows
-        has its scores added (compared case-insensitively), as in Hugging Face.
-        Words are widened within the candidate's window only (a word cut by the
-        window edge stays cut), again as Hugging Face does."""
-        offsets = numpy.asarray(scores.offsets)
-        words = numpy.asarray(scores.words)
-        merged: List[Tuple[str, Optional[int], Optional[int], float]] = []
-        index: Dict[str, int] = {}
-        for c in candidates:
-            start, end = int(offsets[c.first, 0]), int(offsets[c.last, 1])
-            if self.cfg["align_to_words"] and words[c.first] >= 0 and words[c.last] >= 0:
-                w_offsets = offsets[c.window_start : c.window_end]
-                w_words = words[c.window_start : c.window_end]
-                start = int(w_offsets[w_words == words[c.first], 0].min())
-                end = int(w_offsets[w_words == words[c.last], 1].max())
-            text = doc.text[start:end]
-            found = index.get(text.lower())
-            if found is not None:
-                t, s, e, score = merged[found]
-                merged[found] = (t, s, e, score + c.score)
-            else:
-                index[text.lower()] = len(merged)
-                merged.append((text, start, end, c.score))
-        return merged
-
     def set_annotations(self, docs: Iterable[Doc], scores: List[DocQAScores]) -> None:
+        docs = list(docs)
         key = self.cfg["spans_key"]
-        for i, (doc, doc_scores) in enumerate(zip(docs, scores)):
-            answers = self.answers(doc, doc_scores, self.questions_for(doc, i))
+        asked = [self.questions_for(doc, i) for i, doc in enumerate(docs)]
+        for doc, answers in zip(docs, self._batch_answers(docs, scores, asked)):
             # Another bert_qa's answers stay; this component's earlier ones go.
             spans, kept = self._others_spans(doc, key)
             for answer in answers:

@@ -1,6 +1,7 @@
-"""Host work per batch, not per doc: the prediction path of bert_encoder +
-bert_textcat + bert_ner makes a fixed number of array operations and host <->
-device conversions per `nlp.pipe` batch, however many docs the batch holds.
+"""Host work per batch, not per doc: the prediction paths of bert_encoder +
+bert_textcat + bert_ner, and of bert_qa, make a fixed number of array operations
+and host <-> device conversions per `nlp.pipe` batch, however many docs the
+batch holds.
 
 Counted with instrumented thinc ops: every call through a model's `ops` (asarray,
 to_numpy, affine, softmax, ...), every function called through `ops.xp` (what
@@ -91,7 +92,7 @@ def make_nlp(tiny_bert: Path, max_length: int) -> Language:
     return nlp
 
 
-def count_one_batch(nlp: Language, n_docs: int) -> Counter:
+def count_one_batch(nlp: Language, n_docs: int, text: str = TEXT) -> Counter:
     counts: Counter = Counter()
     ops = counting_ops(counts)
     for _, pipe in nlp.pipeline:
@@ -106,10 +107,24 @@ def count_one_batch(nlp: Language, n_docs: int) -> Counter:
                 return _f(*args, **kw)
 
             monkeypatch.setattr(hf_shim, name, conversion)
-        docs = list(nlp.pipe([TEXT] * n_docs, batch_size=n_docs))
+        docs = list(nlp.pipe([text] * n_docs, batch_size=n_docs))
     assert len(docs) == n_docs
-    assert all(len(doc.cats) == len(LABELS) for doc in docs)
+    if "bert_textcat" in nlp.pipe_names:
+        assert all(len(doc.cats) == len(LABELS) for doc in docs)
+    if "bert_qa" in nlp.pipe_names:
+        assert all(len(doc._.answers) == len(QUESTIONS) for doc in docs)
     return counts
+
+
+def assert_constant(small: Counter, large: Counter) -> None:
+    conversions = {
+        key for key in small | large if "asarray" in key or "to_numpy" in key or "shim." in key
+    }
+    assert conversions, "nothing was counted: the instrumentation is not in place"
+    grown: Dict[str, List[int]] = {
+        key: [small[key], large[key]] for key in small | large if small[key] != large[key]
+    }
+    assert not grown, f"array ops or conversions that grow with the docs of a batch: {grown}"
 
 
 @pytest.mark.parametrize("max_length", [128, 16])
@@ -119,11 +134,37 @@ def test_array_ops_per_batch_do_not_grow_with_docs(tiny_bert: Path, max_length: 
     assert (n_pieces > max_length) == (max_length == 16)  # several windows, or one
     small = count_one_batch(nlp, 4)
     large = count_one_batch(nlp, 32)
-    conversions = {
-        key for key in small | large if "asarray" in key or "to_numpy" in key or "shim." in key
+    assert_constant(small, large)
+
+
+QUESTIONS = {"who": "Who called?", "where": "Where did he fly to from Paris?"}
+QA_TEXT = " ".join([TEXT] * 3)
+
+
+def make_qa_nlp(tiny_bert: Path) -> Language:
+    nlp = spacy.blank("en")
+    # several windows per question; all of a batch's windows in one predict group
+    model = {
+        "encoder": {**ENCODER, "max_length": 16, "max_batch_tokens": 65536},
+        "max_seq_len": 32,
+        "doc_stride": 8,
+        "max_question_len": 8,
     }
-    assert conversions, "nothing was counted: the instrumentation is not in place"
-    grown: Dict[str, List[int]] = {
-        key: [small[key], large[key]] for key in small | large if small[key] != large[key]
-    }
-    assert not grown, f"array ops or conversions that grow with the docs of a batch: {grown}"
+    config = {"model": model, "questions": QUESTIONS, "handle_impossible_answer": True}
+    nlp.add_pipe("bert_qa", config=config)
+    nlp.config["initialize"]["components"] = {"bert_qa": loader_config(tiny_bert)}
+    nlp.initialize()
+    return nlp
+
+
+def test_qa_array_ops_per_batch_do_not_grow_with_docs(tiny_bert: Path) -> None:
+    """bert_qa: windows laid out, logits gathered, copied to the host and decoded
+    for the whole batch, not per doc, question or window."""
+    nlp = make_qa_nlp(tiny_bert)
+    doc = nlp(QA_TEXT)
+    assert len(doc._.answers) == len(QUESTIONS)
+    assert len(nlp.get_pipe("bert_qa").predict([doc])[0].questions[0]) > 1  # several windows
+    small = count_one_batch(nlp, 4, QA_TEXT)
+    large = count_one_batch(nlp, 32, QA_TEXT)
+    assert small["ops.to_numpy"] + small["ops.affine"] > 0  # the head was counted
+    assert_constant(small, large)
