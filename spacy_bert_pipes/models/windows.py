@@ -88,8 +88,8 @@ def cached_plan(n_pieces: int, size: int, stride: int) -> WindowPlan:
     """`plan_windows`, memoized: a plan depends only on these three numbers, and a
     collection has few distinct lengths. Its arrays are read-only."""
     plan = plan_windows(n_pieces, size, stride)
-    plan.owner.setflags(write=False)
-    plan.position.setflags(write=False)
+    for array in (plan.owner, plan.position):
+        cast(numpy.ndarray, array).setflags(write=False)
     return plan
 
 
