@@ -12,15 +12,8 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Ints1d, Ints2d
 
 from ..models.loaders import HFCheckpointLoader
-from ..models.qa import (
-    DocQAScores,
-    QABatch,
-    QAQuery,
-    answer_chars,
-    decode_batch,
-    softmax,
-    window_targets,
-)
+from ..models.qa import DocQAScores, QABatch, QAQuery
+from ..models.qa_decode import answer_chars, decode_batch, softmax, window_targets
 from ..scorers import answers_of
 from .common import (
     ensure_encoding_extension,

@@ -13,13 +13,15 @@ from spacy_bert_pipes.models.qa import (
     QABatch,
     QAModel,
     QAQuery,
-    SpanCandidates,
     WindowLogits,
+    window_groups,
+)
+from spacy_bert_pipes.models.qa_decode import (
+    SpanCandidates,
     answer_chars,
     answer_pieces,
     decode_batch,
     decode_question,
-    window_groups,
     window_targets,
 )
 
