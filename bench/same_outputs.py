@@ -53,19 +53,19 @@ RESULTS = ROOT / "bench" / "results"
 
 # The workflow `all` sized to a few minutes: every step runs, on little data.
 SMALL_VARS: Dict[str, Any] = {
-    "textcat_steps": 10,
+    "textcat_steps": 6,
     "textcat_warmup": 2,
     "textcat_dev_size": 50,
-    "multilabel_steps": 10,
+    "multilabel_steps": 6,
     "multilabel_warmup": 2,
     "multilabel_dev_size": 50,
-    "ner_steps": 10,
+    "ner_steps": 6,
     "ner_warmup": 2,
-    "ner_eval_frequency": 5,
+    "ner_eval_frequency": 3,
     "ner_dev_docs": 50,
-    "qa_slots_steps": 10,
+    "qa_slots_steps": 6,
     "qa_slots_warmup": 2,
-    "qa_slots_eval_frequency": 5,
+    "qa_slots_eval_frequency": 3,
     "qa_slots_dev_size": 50,
     "qa_slots_test_size": 100,
     "collection_banking77": 100,
@@ -85,6 +85,34 @@ NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 SKIP_PARTS = {"__pycache__", ".git"}
 
 app = typer.Typer(add_completion=False)
+
+
+# The test sets evaluated whole by `all` (the Restaurant-8k one has a var): a
+# run may cut them, the same way in both checkouts, after their conversion.
+TEST_SETS = (
+    "corpus/banking77/test.spacy",
+    "corpus/nluplusplus/test.spacy",
+    "corpus/conll2003/test.spacy",
+)
+
+
+def cut_test_sets(checkout: Path, n: int) -> None:
+    """Edit checkout/project.yml: after the line converting each of TEST_SETS,
+    keep a sample of n of its docs (scripts/sample_docs.py, seed 0)."""
+    path = checkout / "project.yml"
+    lines = path.read_text(encoding="utf8").splitlines(keepends=True)
+    out: List[str] = []
+    found = set()
+    for line in lines:
+        out.append(line)
+        for test in TEST_SETS:
+            if "spacy_bert_pipes convert" in line and f" {test}" in line:
+                indent = line[: len(line) - len(line.lstrip())]
+                out.append(f'{indent}- "python scripts/sample_docs.py {test} {test} {n}"\n')
+                found.add(test)
+    if found != set(TEST_SETS):
+        raise SystemExit(f"{path}: no convert command writes {sorted(set(TEST_SETS) - found)}")
+    path.write_text("".join(out), encoding="utf8")
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
@@ -154,16 +182,30 @@ def imported_from(code: Path, python: Path) -> str:
     return out
 
 
-def run_logged(command: List[str], cwd: Path, env: Dict[str, str], log: Path) -> float:
+def at_work_path(command: List[str], real: Path, work: Path) -> List[str]:
+    """command run in a private mount namespace where `real` is seen at `work`:
+    two runs at once, each at the same path (needs root, or user namespaces)."""
+    script = 'mount --bind "$1" "$2" && cd "$2" && shift 2 && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", script, "sh", str(real), str(work), *command]
+
+
+def start_logged(command: List[str], cwd: Path, env: Dict[str, str], log: Path) -> Any:
     typer.echo(f"$ (cd {cwd} && {' '.join(command)})  > {log}")
-    start = time.perf_counter()
     with log.open("w", encoding="utf8") as file:
-        result = subprocess.run(command, cwd=str(cwd), env=env, stdout=file, stderr=file)
+        return subprocess.Popen(command, cwd=str(cwd), env=env, stdout=file, stderr=file)
+
+
+def wait_logged(process: Any, log: Path, start: float) -> float:
+    returncode = process.wait()
     seconds = time.perf_counter() - start
-    if result.returncode != 0:
+    if returncode != 0:
         tail = log.read_text(encoding="utf8", errors="replace")[-3000:]
-        raise SystemExit(f"exit {result.returncode} after {seconds:.0f} s: {command}\n{tail}")
+        raise SystemExit(f"exit {returncode} after {seconds:.0f} s: {process.args}\n{tail}")
     return seconds
+
+
+def run_logged(command: List[str], cwd: Path, env: Dict[str, str], log: Path) -> float:
+    return wait_logged(start_logged(command, cwd, env, log), log, time.perf_counter())
 
 
 def written_files(checkout: Path) -> List[str]:
@@ -331,55 +373,123 @@ def compare_trees(old: Path, new: Path, old_files: List[str], new_files: List[st
 # ---- the runs ----------------------------------------------------------------
 
 
-def run_workflow(
-    source: str, kind: str, tmp: Path, label: str, python: Path, vars_: Dict[str, Any]
-) -> Dict[str, Any]:
-    """Run `all` in a checkout of source at tmp/checkout, then move it to tmp/label."""
+def run_workflows(
+    sources: Dict[str, Tuple[str, str]],
+    tmp: Path,
+    python: Path,
+    vars_: Dict[str, Any],
+    parallel: bool,
+    test_docs: int,
+) -> Dict[str, Dict[str, Any]]:
+    """Run `all` in a checkout of each source at tmp/<label>, each seeing its
+    checkout at tmp/checkout: at once (each in its own mount namespace) or one
+    after the other (the checkout moved to tmp/checkout for its run)."""
     work = tmp / "checkout"
-    if kind == "folder":
-        work.mkdir()
-    make_checkout(source, kind, work)
-    code_file = imported_from(work, python)
+    work.mkdir()
     command = [str(python), "-m", "spacy", "project", "run", "all", ".", "--force"]
     for name, value in vars_.items():
         command += [f"--vars.{name}", str(value)]
-    seconds = run_logged(command, work, code_env(work, python), tmp / f"{label}.workflow.log")
-    files = written_files(work)
-    if kind == "revision":
-        git("worktree", "move", str(work), str(tmp / label))
+    runs: Dict[str, Dict[str, Any]] = {}
+    for label, (source, kind) in sources.items():
+        if kind == "folder":
+            (tmp / label).mkdir()
+        make_checkout(source, kind, tmp / label)
+        if test_docs:
+            cut_test_sets(tmp / label, test_docs)
+        runs[label] = {"source": source, "commit": git("rev-parse", "HEAD", cwd=tmp / label)}
+    env = code_env(work, python)
+    check = [str(python), "-c", "import spacy_bert_pipes; print(spacy_bert_pipes.__file__)"]
+    for label, (source, _kind) in sources.items():
+        real = tmp / label
+        if parallel:
+            found = subprocess.run(
+                at_work_path(check, real, work), env=env, capture_output=True, text=True
+            )
+        else:
+            real.rename(work)
+            found = subprocess.run(check, env=env, cwd="/", capture_output=True, text=True)
+            work.rename(real)
+            work.mkdir()
+        code_file = found.stdout.strip()
+        if found.returncode or not code_file.startswith(f"{work}/"):
+            raise SystemExit(f"{source}: spacy_bert_pipes imported from {code_file!r}: {found}")
+        runs[label]["spacy_bert_pipes_file"] = code_file
+    if parallel:
+        start = time.perf_counter()
+        procs = {
+            label: start_logged(
+                at_work_path(command, tmp / label, work), tmp, env, tmp / f"{label}.log"
+            )
+            for label in sources
+        }
+        for label, process in procs.items():
+            seconds = wait_logged(process, tmp / f"{label}.log", start)
+            runs[label]["workflow_seconds"] = round(seconds, 1)
     else:
-        work.rename(tmp / label)
-    return {
-        "source": source,
-        "commit": git("rev-parse", "HEAD", cwd=tmp / label),
-        "spacy_bert_pipes_file": code_file.replace(str(work), str(tmp / label)),
-        "workflow_seconds": round(seconds, 1),
-        "files_written": len(files),
-        "files": files,
-    }
+        for label in sources:
+            work.rmdir()
+            (tmp / label).rename(work)
+            try:
+                seconds = run_logged(command, work, env, tmp / f"{label}.log")
+            finally:
+                work.rename(tmp / label)
+                work.mkdir()
+            runs[label]["workflow_seconds"] = round(seconds, 1)
+    for label in sources:
+        # project.yml: edited by cut_test_sets, not an output
+        runs[label]["files"] = [f for f in written_files(tmp / label) if f != "project.yml"]
+        runs[label]["files_written"] = len(runs[label]["files"])
+    runs["parallel"] = {"value": parallel}
+    return runs
 
 
-def run_annotate(
-    code: Path, pipeline: Path, collection: Path, tmp: Path, label: str, python: Path
-) -> Dict[str, Any]:
-    """Annotate the collection with code's package, in tmp/annotate (the same
-    folder for both checkouts), then move the outputs to tmp/annotate-<label>."""
+def run_annotates(
+    pipeline: Path, collection: Path, tmp: Path, python: Path, parallel: bool
+) -> Dict[str, Dict[str, Any]]:
+    """Annotate the collection with each checkout's package (tmp/old, tmp/new),
+    writing JSONL, a Parquet file and a folder of Parquet shards into
+    tmp/annotate-<label>, seen by both runs at tmp/annotate."""
     work = tmp / "annotate"
     work.mkdir()
-    env = code_env(code, python)
     base = [str(python), "-m", "spacy_bert_pipes", "annotate", str(pipeline), str(collection)]
     opts = ["--questions-column", "questions", "--batch-size", "16", "--chunk-size", "40"]
-    seconds = 0.0
-    for out in ("out/collection.jsonl", "out/collection.parquet", "out/shards"):
-        log = tmp / f"annotate-{label}-{Path(out).name}.log"
-        seconds += run_logged([*base, out, *opts], work, env, log)
-    (tmp / f"annotate-{label}").mkdir()
-    shutil.move(str(work / "out"), str(tmp / f"annotate-{label}" / "out"))
-    shutil.rmtree(work)
+    labels = ("old", "new")
+    seconds = {label: 0.0 for label in labels}
+    for label in labels:
+        (tmp / f"annotate-{label}").mkdir()
+    for out in ("collection.jsonl", "collection.parquet", "shards"):
+        command = [*base, out, *opts]
+        logs = {label: tmp / f"annotate-{label}-{out}.log" for label in labels}
+        if parallel:
+            start = time.perf_counter()
+            procs = {
+                label: start_logged(
+                    at_work_path(command, tmp / f"annotate-{label}", work),
+                    tmp,
+                    code_env(tmp / label, python),
+                    logs[label],
+                )
+                for label in labels
+            }
+            for label, process in procs.items():
+                seconds[label] += wait_logged(process, logs[label], start)
+            continue
+        for label in labels:
+            work.rmdir()
+            (tmp / f"annotate-{label}").rename(work)
+            try:
+                env = code_env(tmp / label, python)
+                seconds[label] += run_logged(command, work, env, logs[label])
+            finally:
+                work.rename(tmp / f"annotate-{label}")
+                work.mkdir()
     return {
-        "spacy_bert_pipes_file": imported_from(code, python),
-        "seconds": round(seconds, 1),
-        "files": all_files(tmp / f"annotate-{label}"),
+        label: {
+            "spacy_bert_pipes_file": imported_from(tmp / label, python),
+            "seconds": round(seconds[label], 1),
+            "files": all_files(tmp / f"annotate-{label}"),
+        }
+        for label in labels
     }
 
 
@@ -395,6 +505,17 @@ def main(
     ),
     keep: bool = typer.Option(False, help="Keep the checkouts and outputs (else removed)"),
     skip_annotate: bool = typer.Option(False, help="Only the workflow runs"),
+    test_docs: int = typer.Option(
+        200,
+        help="Cut the Banking77, NLU++ and CoNLL-2003 test sets to a sample of this many "
+        "docs after their conversion, in both checkouts (project.yml edited); 0: whole",
+    ),
+    parallel: bool = typer.Option(
+        True,
+        help="Run both at once, each in its own mount namespace (unshare -m, needs root "
+        "or user namespaces) that shows its checkout at the same path; --no-parallel: "
+        "one after the other",
+    ),
     output: Optional[Path] = typer.Option(
         None, help="Default: bench/results/same_outputs_<old>_<new>.json"
     ),
@@ -412,26 +533,23 @@ def main(
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "vars": vars_,
+        "test_docs": test_docs,
         "env": {"PYTHONHASHSEED": "0", "PYTHONPATH": "<checkout>", "PATH": f"{python.parent}:..."},
         "tmp": str(tmp),
         "volatile_key_pattern": VOLATILE.pattern,
     }
     start = time.perf_counter()
     try:
-        runs = {
-            "old": run_workflow(old, old_kind, tmp, "old", python, vars_),
-            "new": run_workflow(new, new_kind, tmp, "new", python, vars_),
-        }
+        sources = {"old": (old, old_kind), "new": (new, new_kind)}
+        runs = run_workflows(sources, tmp, python, vars_, parallel, test_docs)
+        report["parallel"] = runs.pop("parallel")["value"]
         files = {key: run.pop("files") for key, run in runs.items()}
         report["runs"] = runs
         report["workflow"] = compare_trees(tmp / "old", tmp / "new", files["old"], files["new"])
         if not skip_annotate:
             pipeline = tmp / "old" / "training" / "assembled"
             collection = tmp / "old" / "corpus" / "collection.jsonl"
-            ann = {
-                key: run_annotate(tmp / key, pipeline, collection, tmp, key, python)
-                for key in ("old", "new")
-            }
+            ann = run_annotates(pipeline, collection, tmp, python, parallel)
             report["annotate"] = {
                 "pipeline": "training/assembled of the old run",
                 "collection": "corpus/collection.jsonl of the old run",
@@ -449,7 +567,7 @@ def main(
     finally:
         report["total_seconds"] = round(time.perf_counter() - start, 1)
         if not keep and "error" not in report:
-            for label, kind in (("checkout", old_kind), ("old", old_kind), ("new", new_kind)):
+            for label, kind in (("old", old_kind), ("new", new_kind)):
                 if (tmp / label).exists():
                     remove_checkout(tmp / label, kind)
             shutil.rmtree(tmp, ignore_errors=True)
