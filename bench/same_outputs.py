@@ -519,13 +519,21 @@ def main(
     output: Optional[Path] = typer.Option(
         None, help="Default: bench/results/same_outputs_<old>_<new>.json"
     ),
+    compare_only: Optional[Path] = typer.Option(
+        None,
+        help="Run nothing: compare the folders old/, new/ (and annotate-old/, "
+        "annotate-new/) kept (--keep, or after a failure) by an earlier run, finished or not",
+    ),
 ) -> None:
     """Run workflow `all` and `annotate` with both revisions; compare their outputs."""
     old_label, old_kind = describe(old)
     new_label, new_kind = describe(new)
     python = Path(os.path.abspath(python))  # not resolved: the venv's python is a symlink
     vars_ = dict(SMALL_VARS, shared_datasets=str(shared_datasets.resolve()))
-    tmp = Path(tempfile.mkdtemp(prefix=".same_outputs_", dir=ROOT.parent))
+    if compare_only is not None:
+        tmp, keep = compare_only.resolve(), True
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix=".same_outputs_", dir=ROOT.parent))
     report: Dict[str, Any] = {
         "benchmark": "same_outputs",
         "command": "python bench/same_outputs.py " + " ".join(sys.argv[1:]),
@@ -540,13 +548,29 @@ def main(
     }
     start = time.perf_counter()
     try:
-        sources = {"old": (old, old_kind), "new": (new, new_kind)}
-        runs = run_workflows(sources, tmp, python, vars_, parallel, test_docs)
-        report["parallel"] = runs.pop("parallel")["value"]
-        files = {key: run.pop("files") for key, run in runs.items()}
-        report["runs"] = runs
+        if compare_only is None:
+            sources = {"old": (old, old_kind), "new": (new, new_kind)}
+            runs = run_workflows(sources, tmp, python, vars_, parallel, test_docs)
+            report["parallel"] = runs.pop("parallel")["value"]
+            files = {key: run.pop("files") for key, run in runs.items()}
+            report["runs"] = runs
+        else:
+            report["compare_only"] = "outputs of an earlier run, compared as found"
+            files = {
+                key: [f for f in written_files(tmp / key) if f != "project.yml"]
+                for key in ("old", "new")
+            }
+            report["runs"] = {k: {"commit": git("rev-parse", "HEAD", cwd=tmp / k)} for k in files}
         report["workflow"] = compare_trees(tmp / "old", tmp / "new", files["old"], files["new"])
-        if not skip_annotate:
+        if compare_only is not None:
+            if (tmp / "annotate-old").is_dir() and (tmp / "annotate-new").is_dir():
+                report["annotate"] = compare_trees(
+                    tmp / "annotate-old",
+                    tmp / "annotate-new",
+                    all_files(tmp / "annotate-old"),
+                    all_files(tmp / "annotate-new"),
+                )
+        elif not skip_annotate:
             pipeline = tmp / "old" / "training" / "assembled"
             collection = tmp / "old" / "corpus" / "collection.jsonl"
             ann = run_annotates(pipeline, collection, tmp, python, parallel)
