@@ -398,7 +398,14 @@ def run_workflows(
             cut_test_sets(tmp / label, test_docs)
         runs[label] = {"source": source, "commit": git("rev-parse", "HEAD", cwd=tmp / label)}
     env = code_env(work, python)
-    check = [str(python), "-c", "import spacy_bert_pipes; print(spacy_bert_pipes.__file__)"]
+    # the package's file and the commit of the checkout holding it
+    check = [
+        str(python),
+        "-c",
+        "import pathlib, subprocess, spacy_bert_pipes as p; print(p.__file__); "
+        "print(subprocess.run(['git', '-C', str(pathlib.Path(p.__file__).parent), "
+        "'rev-parse', 'HEAD'], capture_output=True, text=True).stdout.strip())",
+    ]
     for label, (source, _kind) in sources.items():
         real = tmp / label
         if parallel:
@@ -410,10 +417,14 @@ def run_workflows(
             found = subprocess.run(check, env=env, cwd="/", capture_output=True, text=True)
             work.rename(real)
             work.mkdir()
-        code_file = found.stdout.strip()
-        if found.returncode or not code_file.startswith(f"{work}/"):
+        code_file, _, commit = found.stdout.strip().partition("\n")
+        if (
+            found.returncode
+            or not code_file.startswith(f"{work}/")
+            or commit != runs[label]["commit"]
+        ):
             raise SystemExit(f"{source}: spacy_bert_pipes imported from {code_file!r}: {found}")
-        runs[label]["spacy_bert_pipes_file"] = code_file
+        runs[label]["spacy_bert_pipes_file"] = f"{code_file} (commit {commit})"
     if parallel:
         start = time.perf_counter()
         procs = {
