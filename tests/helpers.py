@@ -191,3 +191,14 @@ def count_calls(monkeypatch: Any, owner: Any, name: str) -> List[int]:
 
     monkeypatch.setattr(owner, name, counting)
     return calls
+
+
+# What `explain` writes for layers 0 and 1 (or 0 and -1 of a 2-layer encoder).
+EXPLAIN_FILES_LAYERS_0_1 = [
+    "attention_layer0.png",
+    "attention_layer0_heads.png",
+    "attention_layer1.png",
+    "attention_layer1_heads.png",
+    "cls_attention.png",
+    "explain.html",
+]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import spacy
 import torch
-from helpers import SMALL_ENCODER, loader_config, textcat_examples
+from helpers import EXPLAIN_FILES_LAYERS_0_1, SMALL_ENCODER, loader_config, textcat_examples
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
@@ -42,14 +42,7 @@ def test_writes_the_pictures_and_page(pipeline: str, tmp_path: Path) -> None:
     assert "Encoder of bert_textcat: 2 layers x 2 heads" in result.output
     assert "Most [CLS] attention (layer 0): " in result.output
     names = sorted(p.name for p in out.iterdir())
-    assert names == [
-        "attention_layer0.png",
-        "attention_layer0_heads.png",
-        "attention_layer1.png",
-        "attention_layer1_heads.png",
-        "cls_attention.png",
-        "explain.html",
-    ]
+    assert names == EXPLAIN_FILES_LAYERS_0_1
     assert (out / "cls_attention.png").read_bytes()[:4] == b"\x89PNG"
     assert ">card</span>" in (out / "explain.html").read_text(encoding="utf8")
 

@@ -9,7 +9,13 @@ import numpy
 import pytest
 import spacy
 import torch
-from helpers import SMALL_ENCODER, loader_config, textcat_examples, tiny_pipeline
+from helpers import (
+    EXPLAIN_FILES_LAYERS_0_1,
+    SMALL_ENCODER,
+    loader_config,
+    textcat_examples,
+    tiny_pipeline,
+)
 from numpy.testing import assert_allclose
 from spacy.language import Language
 from spacy.training import Example
@@ -163,14 +169,7 @@ def test_word_scores_sum_the_cls_row(own_nlp: Language) -> None:
 def test_writes_pngs_and_a_page(own_nlp: Language, tmp_path: Path) -> None:
     result = explain(own_nlp, TEXT, layers=[0, -1], output_dir=tmp_path / "out")
     names = sorted(p.name for p in result.files)
-    assert names == [
-        "attention_layer0.png",
-        "attention_layer0_heads.png",
-        "attention_layer1.png",
-        "attention_layer1_heads.png",
-        "cls_attention.png",
-        "explain.html",
-    ]
+    assert names == EXPLAIN_FILES_LAYERS_0_1
     for path in result.files:
         assert path.parent == tmp_path / "out"
         if path.suffix == ".png":
