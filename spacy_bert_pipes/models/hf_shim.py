@@ -138,6 +138,8 @@ class HFShim(Shim):
         # predict, rebuilt after the weights change (optimizer step, load, use_params).
         self._reduced: Optional[torch.nn.Module] = None
         self._reduced_precision = ""
+        # (module, its first parameter): see `device`
+        self._first_parameter: Optional[Tuple[torch.nn.Module, torch.nn.Parameter]] = None
 
     # --- state -------------------------------------------------------------
     @property
@@ -180,11 +182,9 @@ class HFShim(Shim):
         # stays the same when the module moves (its data moves), so it is kept
         # while the module is.
         module = self.module
-        cached = self.__dict__.get("_first_parameter")
-        if cached is None or cached[0] is not module:
-            cached = (module, next(module.parameters()))
-            self.__dict__["_first_parameter"] = cached
-        return cached[1].device
+        if self._first_parameter is None or self._first_parameter[0] is not module:
+            self._first_parameter = (module, next(module.parameters()))
+        return self._first_parameter[1].device
 
     @property
     def uses_cases(self) -> bool:
@@ -354,7 +354,7 @@ class HFShim(Shim):
             self._reduced = None
 
     def to_device(self, device_type: str, device_id: int) -> None:
-        self.__dict__.pop("_first_parameter", None)
+        self._first_parameter = None
         if self._model is None:
             return
         if device_type == "cpu":
