@@ -129,15 +129,16 @@ def viterbi_ragged(
     The unconstrained best path (each token's own best tag) scores at least as
     high as any valid path, so where it is valid it is the answer; a trained
     tagger's output usually is. The greedy path and its validity are computed for
-    the whole batch with array operations; only the sequences where it breaks a
-    constraint are searched, together (`_viterbi_padded`).
+    the whole batch with array operations. Only the pieces (`_pieces`) that
+    contain a break are searched, together (`_viterbi_padded`): for a trained
+    tagger they are a few tokens long, so the search takes a few steps where
+    padding to the longest broken doc took hundreds.
     """
     sizes = numpy.asarray(sizes, dtype="i")
     scores = numpy.asarray(log_probs, dtype="f8").copy()
     if forced is not None and forced.any():
         scores[forced, 1:] = -numpy.inf  # column 0 is "O"
     path = scores.argmax(axis=1).astype("i") if len(scores) else numpy.zeros((0,), "i")
-    n_seqs = len(sizes)
     if len(path) == 0:
         return path
     starts = numpy.cumsum(sizes) - sizes
@@ -151,42 +152,105 @@ def viterbi_ragged(
     broken[last] |= ~tag_set.end[path[last]]
     if not broken.any():
         return path
-    seq_of_token = numpy.repeat(numpy.arange(n_seqs), sizes)
-    pending = numpy.unique(seq_of_token[broken]).tolist()
-    decoded = _viterbi_padded([scores[starts[i] : starts[i] + sizes[i]] for i in pending], tag_set)
-    for i, seq_path in zip(pending, decoded):
-        path[starts[i] : starts[i] + sizes[i]] = seq_path
+    piece_starts = _pieces(scores, first, tag_set)
+    opens = numpy.zeros((len(path),), dtype="i")
+    opens[piece_starts] = 1
+    piece_of_token = numpy.cumsum(opens) - 1
+    piece_ends = numpy.append(piece_starts[1:], len(path))
+    pending = numpy.unique(piece_of_token[broken]).tolist()
+    bounds = [(int(piece_starts[i]), int(piece_ends[i])) for i in pending]
+    decoded = _viterbi_padded([scores[start:end] for start, end in bounds], tag_set)
+    for (start, end), piece_path in zip(bounds, decoded):
+        path[start:end] = piece_path
     return path
 
 
-def _viterbi_padded(scores: List[numpy.ndarray], tag_set: TagSet) -> List[numpy.ndarray]:
-    """Constrained Viterbi over sequences padded to one length.
+def _pieces(scores: numpy.ndarray, first: numpy.ndarray, tag_set: TagSet) -> numpy.ndarray:
+    """Where the batch's tokens can be cut into pieces whose best valid paths,
+    found apart, make the best valid path of their sequence. (n_pieces,) sorted
 
-    Padding steps allow only "O": O may follow exactly the tags that may end a
-    sequence (every tag in BIO; O, L-, U- in BILUO), so the padding also enforces
-    each sequence's end constraint.
+    Every sequence's first token starts a piece. In BIO so does every token where
+    each label's B- scores higher than its I- (or I- is impossible): the best
+    path cannot continue an entity there, since B-X in place of I-X is valid
+    wherever I-X is and scores higher, so the path before it may end in any tag
+    and the path from it must start as a sequence does. The cut is exact, not a
+    heuristic; BILUO sequences are not cut.
     """
-    n_seqs, n_tags = len(scores), scores[0].shape[1]
-    lengths = [len(s) for s in scores]
-    longest = max(lengths)
-    padded = numpy.full((n_seqs, longest + 1, n_tags), -numpy.inf)
-    padded[:, :, 0] = 0.0
-    for row, seq_scores in enumerate(scores):
-        padded[row, : len(seq_scores)] = seq_scores
-    transition = numpy.where(tag_set.allowed, 0.0, -numpy.inf)  # (n_tags, n_tags)
-    best = numpy.where(tag_set.start, padded[:, 0], -numpy.inf)  # (n_seqs, n_tags)
-    back = numpy.zeros((n_seqs, longest + 1, n_tags), dtype="i")
-    for t in range(1, longest + 1):
-        candidates = best[:, :, None] + transition  # (n_seqs, prev, next)
-        back[:, t] = candidates.argmax(axis=1)
-        best = candidates.max(axis=1) + padded[:, t]
-    rows = numpy.arange(n_seqs)
-    tags = numpy.zeros((n_seqs,), dtype="i")  # the final padding step is "O"
-    path = numpy.zeros((n_seqs, longest + 1), dtype="i")
-    for t in range(longest, 0, -1):
-        tags = back[rows, t, tags]
-        path[:, t - 1] = tags
-    return [path[row, :n] for row, n in enumerate(lengths)]
+    if tag_set.scheme != "BIO" or not tag_set.labels:
+        return first
+    begin = scores[:, 1::2]  # B-X of each label: "O", then B-X, I-X per label
+    inside = scores[:, 2::2]
+    cut = ((begin > inside) | (inside == -numpy.inf)).all(axis=1)
+    cut[first] = True
+    return numpy.flatnonzero(cut)
+
+
+def _viterbi_padded(scores: List[numpy.ndarray], tag_set: TagSet) -> List[numpy.ndarray]:
+    """Constrained Viterbi over several sequences at once (none empty).
+
+    The sequences are sorted longest first and laid out time-major, so step t
+    updates only the first k rows (those longer than t). Each step uses the
+    schemes' structure instead of an (n_tags x n_tags) transition table: a tag
+    that opens (O, B-, U-) may follow exactly the tags that close (`closers`),
+    and a tag that continues an entity (I-, L-) may follow exactly its label's
+    B- and I-. The result, ties included (the lower tag index wins, as argmax
+    does), is the textbook search's.
+    """
+    n_tags = scores[0].shape[1]
+    closers, opens, continuing, after_begin, after_inside = _transitions(tag_set)
+    lengths = numpy.asarray([len(s) for s in scores], dtype="i")
+    order = numpy.argsort(-lengths, kind="stable")
+    longest = int(lengths[order[0]])
+    n_seqs = len(scores)
+    padded = numpy.full((longest, n_seqs, n_tags), -numpy.inf)  # time-major
+    for rank, row in enumerate(order.tolist()):
+        padded[: lengths[row], rank] = scores[row]
+    active = (lengths[order][None, :] > numpy.arange(longest)[:, None]).sum(axis=1)
+    best = numpy.where(tag_set.start, padded[0], -numpy.inf)  # (n_seqs, n_tags)
+    back = numpy.zeros((longest, n_seqs, n_tags), dtype="i")
+    for t in range(1, longest):
+        k = int(active[t])
+        prev = best[:k]
+        closing = prev[:, closers]
+        which = closing.argmax(axis=1)
+        top = closing[numpy.arange(k), which]
+        step = numpy.empty((k, n_tags))
+        step[:, opens] = top[:, None]
+        back[t, :k][:, opens] = closers[which][:, None]
+        from_inside = prev[:, after_inside] > prev[:, after_begin]  # ties: B- wins
+        step[:, continuing] = numpy.where(from_inside, prev[:, after_inside], prev[:, after_begin])
+        back[t, :k][:, continuing] = numpy.where(from_inside, after_inside, after_begin)
+        best[:k] = step + padded[t, :k]
+    # each sequence ends in the best tag that may close it, then walks back
+    path = numpy.zeros((longest, n_seqs), dtype="i")
+    ends = lengths[order] - 1
+    path[ends, numpy.arange(n_seqs)] = numpy.where(tag_set.end, best, -numpy.inf).argmax(axis=1)
+    for t in range(longest - 1, 0, -1):
+        k = int(active[t])
+        path[t - 1, :k] = back[t, numpy.arange(k), path[t, :k]]
+    out: List[numpy.ndarray] = [numpy.zeros((0,), dtype="i")] * n_seqs
+    for rank, row in enumerate(order.tolist()):
+        out[row] = path[: lengths[row], rank].copy()
+    return out
+
+
+def _transitions(
+    tag_set: TagSet,
+) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """The tag set's transitions as index arrays: the tags that opening tags may
+    follow, the opening tags, the continuing tags and each continuing tag's two
+    possible predecessors (its label's B- and I-), read from `allowed`."""
+    allowed = tag_set.allowed
+    closers = numpy.flatnonzero(allowed[:, 0])  # "O" opens
+    opening = (allowed == allowed[:, :1]).all(axis=0)
+    opens = numpy.flatnonzero(opening)
+    continuing = numpy.flatnonzero(~opening)
+    before = [numpy.flatnonzero(allowed[:, j]) for j in continuing.tolist()]
+    if any(len(p) != 2 for p in before):
+        raise ValueError(f"Unsupported transitions in the {tag_set.scheme} tag set")
+    after_begin = numpy.asarray([p[0] for p in before], dtype="i")
+    after_inside = numpy.asarray([p[1] for p in before], dtype="i")
+    return closers, opens, continuing, after_begin, after_inside
 
 
 def is_valid_array(path: numpy.ndarray, tag_set: TagSet) -> bool:

@@ -93,6 +93,46 @@ def test_viterbi_batch_equals_one_by_one(scheme: str) -> None:
     assert paths[4][1] == 0  # forced "O"
 
 
+def plain_viterbi(log_probs: numpy.ndarray, tag_set) -> list:  # type: ignore[no-untyped-def]
+    """Textbook constrained Viterbi over one whole sequence: the reference."""
+    transition = numpy.where(tag_set.allowed, 0.0, -numpy.inf)
+    best = numpy.where(tag_set.start, log_probs[0], -numpy.inf)
+    back = []
+    for scores in log_probs[1:]:
+        candidates = best[:, None] + transition
+        back.append(candidates.argmax(axis=0))
+        best = candidates.max(axis=0) + scores
+    tag = int(numpy.where(tag_set.end, best, -numpy.inf).argmax())
+    path = [tag]
+    for pointers in reversed(back):
+        tag = int(pointers[tag])
+        path.append(tag)
+    return path[::-1]
+
+
+@pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
+@pytest.mark.parametrize("inside_bias", [0.0, 2.0])
+def test_viterbi_of_long_sequences_equals_the_whole_search(scheme: str, inside_bias: float) -> None:
+    """Long docs with peaked scores, as a trained tagger gives, many with broken
+    greedy paths: decoding only the broken pieces (BIO) gives exactly the path
+    the textbook search over each whole sequence gives."""
+    tag_set = make_tag_set(["A", "B", "C"], scheme)
+    rng = numpy.random.default_rng(11)
+    inside = [i for i, t in enumerate(tag_set.tags) if t[:2] in ("I-", "L-")]
+    lengths = rng.integers(1, 200, size=40)
+    log_probs = []
+    for n in lengths:
+        logits = rng.normal(0.0, 3.0, size=(n, len(tag_set.tags)))
+        logits[:, 0] += 4.0  # mostly "O"
+        logits[:, inside] += inside_bias
+        log_probs.append(logits - numpy.log(numpy.exp(logits).sum(axis=1, keepdims=True)))
+    paths = viterbi_batch(log_probs, tag_set)
+    n_broken = sum(not is_valid(lp.argmax(axis=1).tolist(), tag_set) for lp in log_probs)
+    assert n_broken >= 10  # the search ran on many docs, not only the shortcut
+    for scores, path in zip(log_probs, paths):
+        assert path.tolist() == plain_viterbi(scores, tag_set)
+
+
 @pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
 def test_viterbi_never_invalid_on_adversarial_scores(scheme: str) -> None:
     """Scores that love I- tags (the argmax would be invalid everywhere)."""
