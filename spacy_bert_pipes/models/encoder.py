@@ -13,6 +13,7 @@ The backward pass scatters the heads' gradients back into the batches.
 """
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -37,7 +38,7 @@ from .casing import NO_CASE, piece_cases
 from .oom import run_batch
 from .types import BatchSlice, DocEncoding, DocEncodingGrad, Precision
 from .window_layout import layout_windows
-from .windows import pack_batches, segment_sums
+from .windows import copy_rows, pack_batches, segment_sums
 
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
@@ -166,27 +167,36 @@ def tokenize(encoder: Model, texts: Sequence[str], with_words: bool = False) -> 
     with `with_words`, also the word (pre-tokenizer unit) of each wordpiece; for an
     encoder with case embeddings, also each wordpiece's casing class."""
     shim = hf_shim(encoder)
-    tokenizer = shim.tokenizer
     with_cases = shim.uses_cases
     if not texts:  # the fast tokenizer fails on an empty batch
         return []
-    encoded = tokenizer(
-        list(texts),
-        add_special_tokens=False,
-        return_offsets_mapping=True,
-        return_attention_mask=False,
-        return_token_type_ids=False,
-        verbose=False,
-    )
+    # The Rust tokenizer itself: the transformers wrapper would turn every
+    # encoding into Python lists in a dict first. As the wrapper does on every
+    # call, no truncation and no padding.
+    backend = shim.tokenizer.backend_tokenizer
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    encodings = backend.encode_batch(list(texts), add_special_tokens=False)
+    counts = [len(enc) for enc in encodings]
+    total = sum(counts)
+    # one conversion per batch, then a view per text
+    all_ids = numpy.fromiter(chain.from_iterable(e.ids for e in encodings), "i", count=total)
+    flat_offsets = chain.from_iterable(chain.from_iterable(e.offsets for e in encodings))
+    all_offsets = numpy.fromiter(flat_offsets, "i", count=2 * total).reshape((-1, 2))
+    cuts = numpy.cumsum(counts)[:-1]
     out = []
-    for i, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
+    for i, (ids, offsets) in enumerate(
+        zip(numpy.split(all_ids, cuts), numpy.split(all_offsets, cuts))
+    ):
         words = None
         if with_words:
-            word_ids = [-1 if w is None else w for w in encoded.word_ids(i)]
+            word_ids = [-1 if w is None else w for w in encodings[i].word_ids]
             words = cast(Ints1d, numpy.asarray(word_ids, dtype="i"))
-        piece_offsets = cast(Ints2d, numpy.asarray(offsets, dtype="i").reshape((-1, 2)))
+        piece_offsets = cast(Ints2d, offsets)
         cases = piece_cases(texts[i], piece_offsets) if with_cases else None
-        out.append(Pieces(cast(Ints1d, numpy.asarray(ids, dtype="i")), piece_offsets, words, cases))
+        out.append(Pieces(cast(Ints1d, ids), piece_offsets, words, cases))
     return out
 
 
@@ -410,9 +420,8 @@ def forward(
             + layout.position[selected]
         )
         sources.append((selected, flat_rows))
-        if len(selected):
-            flat_hidden: Any = batch_hidden.reshape((-1, width))  # (batch * length, width)
-            pieces[xp.asarray(selected)] = flat_hidden[xp.asarray(flat_rows)]
+        flat_hidden: Any = batch_hidden.reshape((-1, width))  # (batch * length, width)
+        copy_rows(xp, pieces, selected, flat_hidden, flat_rows)
         cls_windows[xp.asarray(rows)] = cast(Any, batch_hidden)[:, 0]
         last = xp.asarray(full_lengths[rows] - 1)
         sep_windows[xp.asarray(rows)] = cast(Any, batch_hidden)[xp.arange(len(rows)), last]

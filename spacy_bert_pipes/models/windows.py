@@ -154,3 +154,26 @@ def segment_sums(xp: Any, rows: Any, counts: numpy.ndarray) -> Any:
         segment = numpy.repeat(numpy.arange(len(counts)), counts)
         cupyx.scatter_add(out, xp.asarray(segment), rows)
     return out
+
+
+def copy_rows(xp: Any, dest: Any, dest_rows: numpy.ndarray, source: Any, source_rows: Any) -> None:
+    """dest[dest_rows] = source[source_rows] for (n, width) arrays (numpy or cupy).
+
+    On numpy, one slice copy per run of rows that are consecutive in both: a
+    window's wordpieces are one run, so this is a copy per window instead of a
+    gather into a temporary and a scatter from it (half the memory traffic).
+    """
+    dest_rows = numpy.asarray(dest_rows)
+    source_rows = numpy.asarray(source_rows)
+    if not len(dest_rows):
+        return
+    if hasattr(xp, "cuda"):  # cupy: one gather and one scatter on the device
+        dest[xp.asarray(dest_rows)] = source[xp.asarray(source_rows)]
+        return
+    steps = (numpy.diff(dest_rows) != 1) | (numpy.diff(source_rows) != 1)
+    starts = numpy.concatenate(([0], numpy.flatnonzero(steps) + 1))
+    ends = numpy.append(starts[1:], len(dest_rows))
+    for start, end, to, fro in zip(
+        starts.tolist(), ends.tolist(), dest_rows[starts].tolist(), source_rows[starts].tolist()
+    ):
+        dest[to : to + end - start] = source[fro : fro + end - start]

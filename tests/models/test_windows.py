@@ -7,6 +7,7 @@ import numpy
 import pytest
 
 from spacy_bert_pipes.models.windows import (
+    copy_rows,
     pack_batches,
     plan_windows,
     segment_sums,
@@ -169,3 +170,25 @@ def test_segment_sums_add_each_run_in_order(counts):
         expected = rows[start : start + count].sum(axis=0)
         assert numpy.array_equal(out[i], expected if count else numpy.zeros(5, "f"))
         start += count
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_copy_rows_equals_fancy_indexing(seed):
+    """Runs consecutive in both arrays, runs broken in only one of them, single
+    rows and nothing: the same as dest[dest_rows] = source[source_rows]."""
+    rng = numpy.random.default_rng(seed)
+    source = rng.standard_normal((60, 4)).astype("f")
+    pieces = []  # runs of (dest start, source start, length); dest rows are distinct
+    end = 0
+    for _ in range(int(rng.integers(0, 8))):
+        start, n = end + int(rng.integers(0, 2)), int(rng.integers(1, 8))
+        pieces.append((start, int(rng.integers(0, 50)), n))
+        end = start + n
+    dest_rows = numpy.concatenate([numpy.arange(d, d + n) for d, _, n in pieces] or [[]])
+    source_rows = numpy.concatenate([numpy.arange(s, s + n) for _, s, n in pieces] or [[]])
+    dest_rows, source_rows = dest_rows.astype("int64"), source_rows.astype("int64")
+    expected = numpy.zeros((70, 4), "f")
+    expected[dest_rows] = source[source_rows]
+    dest = numpy.zeros((70, 4), "f")
+    copy_rows(numpy, dest, dest_rows, source, source_rows)
+    assert numpy.array_equal(dest, expected)
