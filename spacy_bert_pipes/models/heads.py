@@ -5,7 +5,6 @@ thinc Model, composed with `chain`; widths are inferred in `init`.
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, cast
 
 import numpy
-import torch
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Dropout, Linear, Model, chain, glorot_uniform_init, ragged2list, with_array
@@ -397,16 +396,6 @@ def activation(name: Activation) -> Model[Floats2d, Floats2d]:
     return Model(f"activation_{name}", forward)
 
 
-def _affine(xp: Any, X: Floats2d, W: Floats2d, b: Floats1d) -> Floats2d:
-    """X @ W.T + b. On a CPU through torch's matmul, on torch's threads: half the
-    time of thinc's blis affine for a narrow output such as a tagger's (numpy's
-    own BLAS would start threads of its own beside torch's)."""
-    if xp is not numpy:
-        return cast(Floats2d, xp.matmul(X, W.T) + b)
-    logits = torch.matmul(torch.from_numpy(numpy.asarray(X)), torch.from_numpy(W).T)
-    return cast(Floats2d, (logits + torch.from_numpy(b)).numpy())
-
-
 def logits_output(exclusive: bool, nO: Optional[int] = None) -> Model[Floats2d, Floats2d]:
     """Affine layer + softmax (exclusive) or sigmoid (multi-label).
 
@@ -418,7 +407,7 @@ def logits_output(exclusive: bool, nO: Optional[int] = None) -> Model[Floats2d, 
     def forward(model: Model, X: Floats2d, is_train: bool) -> Tuple[Floats2d, Callable]:
         W = cast(Floats2d, model.get_param("W"))  # (nO, nI)
         b = cast(Floats1d, model.get_param("b"))  # (nO,)
-        logits = _affine(model.ops.xp, X, W, b)  # (batch, nO)
+        logits = model.ops.affine(X, W, b)  # (batch, nO)
         Y = model.ops.softmax(logits) if exclusive else model.ops.sigmoid(logits)
 
         def backprop(d_logits: Floats2d) -> Floats2d:
