@@ -32,8 +32,10 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 import spacy
 from spacy.language import Language
 from spacy.training import Example
+from spacy.vocab import Vocab
 from thinc.api import Model
 
+from .loading import PipelineLoadError, load_pipeline
 from .models.listener import EncoderListener
 from .pipeline.encoder import BertEncoderPipe
 
@@ -301,13 +303,15 @@ def _encoder_context(nlp: Language, name: str) -> Optional[str]:
     return context if isinstance(context, str) else None
 
 
-def _load(path: str, vocab: Optional[Any] = None) -> Language:
+def _load(path: str, vocab: Optional[Vocab] = None) -> Language:
+    """A source pipeline, checked as `load_pipeline` checks it: a missing, foreign
+    or damaged one is an AssembleError of one line naming the folder and file."""
     try:
         if vocab is None:
-            return spacy.load(path)
-        return spacy.load(path, vocab=vocab, exclude=["lookups"])
-    except OSError as err:  # no such folder or package
-        raise AssembleError(f"{path}: {err}") from err
+            return load_pipeline(path)
+        return load_pipeline(path, vocab=vocab, exclude=["lookups"])
+    except PipelineLoadError as err:
+        raise AssembleError(str(err)) from err
 
 
 def _tokenizer_bytes(nlp: Language) -> bytes:

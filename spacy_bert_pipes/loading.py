@@ -16,12 +16,13 @@ load time; listeners follow the encoder they listen to.
 import configparser
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import spacy
 import srsly
 from confection import ConfigValidationError
 from spacy.language import Language
+from spacy.vocab import Vocab
 
 from .models.serial import DamagedEncoderError, check_saved_tokenizers, one_line
 from .models.types import Precision
@@ -89,6 +90,8 @@ def load_pipeline(
     *,
     precision: Optional[Precision] = None,
     config: Optional[Dict[str, Any]] = None,
+    vocab: Optional[Vocab] = None,
+    exclude: Sequence[str] = (),
 ) -> Language:
     """Load a pipeline, optionally with every bert encoder at another precision.
 
@@ -102,6 +105,9 @@ def load_pipeline(
         "fp16", "int8", "tf32" or "auto"; None keeps the one each encoder was saved
         with. (A v1 encoder's `precision`, a v2 encoder's `predict_precision`.)
     config (Optional[Dict[str, Any]]): Further config overrides, as for `spacy.load`.
+    vocab (Optional[Vocab]): A vocab to share, as for `spacy.load` (None: its own).
+    exclude (Sequence[str]): What not to read from the folder, as for `spacy.load`
+        (e.g. "lookups" when the vocab is shared).
     RETURNS (Language): The loaded pipeline.
     RAISES (PipelineLoadError): No such folder or package, a folder that is not
         a pipeline, a damaged file.
@@ -131,12 +137,18 @@ def load_pipeline(
         overrides.update(
             {f"{path}.{PREDICT_PRECISION_KEYS[arch]}": precision for path, arch in paths.items()}
         )
+    shared: Union[Vocab, bool] = True if vocab is None else vocab
     if not folder.exists():
-        return _loaded(str(pipeline), lambda: spacy.load(pipeline, config=overrides))
-    return _load_folder(folder, overrides)
+        return _loaded(
+            str(pipeline),
+            lambda: spacy.load(pipeline, config=overrides, vocab=shared, exclude=list(exclude)),
+        )
+    return _load_folder(folder, overrides, shared, exclude)
 
 
-def _load_folder(folder: Path, overrides: Dict[str, Any]) -> Language:
+def _load_folder(
+    folder: Path, overrides: Dict[str, Any], vocab: Union[Vocab, bool], exclude: Sequence[str]
+) -> Language:
     """What `spacy.load(folder)` does (`spacy.util.load_model_from_path`), step
     by step, so that each failure names its file."""
     meta_path = folder / "meta.json"
@@ -155,14 +167,16 @@ def _load_folder(folder: Path, overrides: Dict[str, Any]) -> Language:
     dotted = spacy.util.dict_to_dot(overrides, for_overrides=True)
     try:
         config = spacy.util.load_config(config_path, overrides=dotted)
-        nlp = spacy.util.load_model_from_config(config, vocab=True, meta=meta)
+        nlp = spacy.util.load_model_from_config(
+            config, vocab=vocab, exclude=list(exclude), meta=meta
+        )
     except Exception as err:  # confection, registry and factory errors: all about this file
         raise PipelineLoadError(folder, None, config_path, _config_reason(err)) from err
     # Components are loaded one by one below; this reads the rest (config, meta,
     # vocab, tokenizer) and links listeners to their encoders.
     own_files = [name for name, proc in nlp.components if hasattr(proc, "from_disk")]
     try:
-        nlp.from_disk(folder, exclude=own_files, overrides=dotted)
+        nlp.from_disk(folder, exclude=own_files + list(exclude), overrides=dotted)
     except Exception as err:  # vocab or tokenizer files; spaCy names no file
         raise PipelineLoadError(folder, None, None, f"{type(err).__name__}: {err}") from err
     for name in own_files:

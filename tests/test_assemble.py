@@ -1,6 +1,7 @@
 """assemble: one pipeline from separately trained components, same outputs as the sources."""
 
 import json
+import shutil
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -140,6 +141,26 @@ def test_errors_name_the_source(sources: Dict[str, str], tmp_path: Path) -> None
     with pytest.raises(AssembleError, match="not an earlier assembly"):
         save_assembled(assemble([("ner", sources["ner"])]), tmp_path / "taken")
     assert (tmp_path / "taken" / "keep.txt").exists()
+
+
+@pytest.mark.parametrize("position", ["first", "second"])
+def test_a_damaged_source_is_one_line_naming_its_file(
+    sources: Dict[str, str], tmp_path: Path, position: str
+) -> None:
+    """The first source is loaded on its own, the others into its vocab: both are
+    checked as `load_pipeline` checks a pipeline."""
+    damaged = Path(shutil.copytree(sources["ner"], tmp_path / "damaged"))
+    weights = damaged / "bert_ner" / "model"
+    weights.write_bytes(weights.read_bytes()[:100])
+    given = [("ner", str(damaged))]
+    if position == "second":
+        given.insert(0, ("textcat", sources["textcat"]))
+    with pytest.raises(AssembleError) as info:
+        assemble(given)
+    message = str(info.value)
+    assert f"Cannot load the pipeline {damaged}" in message
+    assert str(weights) in message and "component 'bert_ner'" in message
+    assert "\n" not in message
 
 
 def test_cli(sources: Dict[str, str], tmp_path: Path) -> None:
