@@ -24,7 +24,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
-from ..models.align import token_arrays
+from ..models.align import space_tokens
 from ..models.loaders import HFCheckpointLoader, TaggerWeights
 from ..models.tags import (
     OUTSIDE,
@@ -233,20 +233,20 @@ class BertEntityRecognizer(TrainablePipe):
         pass, the constrained search only for the docs that need it."""
         ops = self.model.ops
         n_tags = len(self.tag_set.tags)
-        tokens = token_arrays(docs)
+        is_space, sizes = space_tokens(docs)
         if len(scores):
             # (n_tokens, n_tags), one device-to-host copy per batch
             probs = numpy.asarray(ops.to_numpy(ops.xp.concatenate(list(scores))), dtype="f")
         else:
             probs = numpy.zeros((0, n_tags), dtype="f")
-        if len(probs) != len(tokens.idx):
+        if len(probs) != len(is_space):
             raise ValueError(
                 f"'{self.name}' got scores for {len(probs)} tokens, but the {len(docs)} docs "
-                f"have {len(tokens.idx)}"
+                f"have {len(is_space)}"
             )
         log_probs = numpy.log(numpy.maximum(probs, _MIN_PROB))
-        path = viterbi_ragged(log_probs, tokens.sizes, self.tag_set, tokens.is_space)
-        entities = ragged_entities(path, tokens.sizes, self.tag_set)
+        path = viterbi_ragged(log_probs, sizes, self.tag_set, is_space)
+        entities = ragged_entities(path, sizes, self.tag_set)
         # An entity's confidence is the mean probability of its tags: differences
         # of a running sum give every mean at once.
         chosen = probs[numpy.arange(len(path)), path]

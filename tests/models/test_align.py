@@ -6,7 +6,7 @@ import numpy
 import spacy
 from spacy.tokens import Doc
 
-from spacy_bert_pipes.models.align import align_tokens
+from spacy_bert_pipes.models.align import align_tokens, space_tokens, token_arrays
 
 
 def pieces_of(doc: Doc, offsets: numpy.ndarray) -> list:
@@ -70,3 +70,17 @@ def test_real_tokenizer_offsets_cover_every_token(tiny_bert: Path) -> None:
             tuple(o) for o in offsets if o[1] > token.idx and o[0] < token.idx + len(token)
         ]
         assert covered == overlapping
+
+
+def test_space_tokens_agree_with_token_arrays() -> None:
+    """Docs with whitespace tokens, an empty doc and a doc of one space."""
+    nlp = spacy.blank("en")
+    docs = [nlp.make_doc(t) for t in ["a  b\n\nc ", "", " ", "plain text here"]]
+    is_space, sizes = space_tokens(docs)
+    tokens = token_arrays(docs)
+    assert is_space.dtype == bool
+    assert is_space.tolist() == tokens.is_space.tolist()
+    assert sizes.tolist() == tokens.sizes.tolist() == [len(doc) for doc in docs]
+    assert is_space.any() and not is_space.all()
+    none, no_sizes = space_tokens([nlp.make_doc("")])
+    assert none.shape == (0,) and no_sizes.tolist() == [0]
