@@ -12,7 +12,7 @@ from thinc.types import Floats1d, Floats2d, Ints1d, Ragged
 
 from .align import TokenArrays, align_batch, token_arrays
 from .types import DocEncoding, DocEncodingGrad
-from .windows import segment_sums
+from .windows import is_cupy, segment_sums
 
 Pooling = Literal["cls", "mean"]
 Activation = Literal["none", "tanh", "relu", "gelu"]
@@ -313,17 +313,12 @@ def _backprop_segment_mean(
 
 
 def _scatter_add(xp: Any, table: Any, indices: numpy.ndarray, values: Any) -> None:
-    if not _is_cupy(xp):
+    if not is_cupy(xp):
         xp.add.at(table, indices, values)
     else:  # cupy
         import cupyx
 
         cupyx.scatter_add(table, xp.asarray(indices), values)
-
-
-def _is_cupy(xp: Any) -> bool:
-    """Whether `xp` is cupy (which has `cuda`) rather than numpy (or a wrapper of it)."""
-    return hasattr(xp, "cuda")
 
 
 def cls_pooling() -> Model[List[DocEncoding], Floats2d]:

@@ -133,6 +133,11 @@ def pack_batches(
     return batches
 
 
+def is_cupy(xp: Any) -> bool:
+    """Whether `xp` is cupy (which has `cuda`) rather than numpy (or a wrapper of it)."""
+    return hasattr(xp, "cuda")
+
+
 def segment_sums(xp: Any, rows: Any, counts: numpy.ndarray) -> Any:
     """Sums of consecutive runs of `counts[i]` rows of a (n_rows, width) array
     (numpy or cupy), zeros for an empty run, adding rows in order as
@@ -142,7 +147,7 @@ def segment_sums(xp: Any, rows: Any, counts: numpy.ndarray) -> Any:
     has = counts > 0
     if not has.any():
         return out
-    if not hasattr(xp, "cuda"):  # numpy (cupy has `cuda`)
+    if not is_cupy(xp):
         # One contiguous sum per run: ~10x faster than `add.reduceat` along axis 0,
         # and the same additions in the same order as `rows[a:b].sum(axis=0)`.
         bounds = numpy.cumsum(counts).tolist()
@@ -167,7 +172,7 @@ def copy_rows(xp: Any, dest: Any, dest_rows: numpy.ndarray, source: Any, source_
     source_rows = numpy.asarray(source_rows)
     if not len(dest_rows):
         return
-    if hasattr(xp, "cuda"):  # cupy: one gather and one scatter on the device
+    if is_cupy(xp):  # one gather and one scatter on the device
         dest[xp.asarray(dest_rows)] = source[xp.asarray(source_rows)]
         return
     steps = (numpy.diff(dest_rows) != 1) | (numpy.diff(source_rows) != 1)
