@@ -153,9 +153,9 @@ def viterbi_ragged(
     if not broken.any():
         return path
     piece_starts = _pieces(scores, first, tag_set)
-    opens = numpy.zeros((len(path),), dtype="i")
-    opens[piece_starts] = 1
-    piece_of_token = numpy.cumsum(opens) - 1
+    starts_piece = numpy.zeros((len(path),), dtype="i")
+    starts_piece[piece_starts] = 1
+    piece_of_token = numpy.cumsum(starts_piece) - 1
     piece_ends = numpy.append(piece_starts[1:], len(path))
     pending = numpy.unique(piece_of_token[broken]).tolist()
     bounds = [(int(piece_starts[i]), int(piece_ends[i])) for i in pending]
@@ -228,10 +228,9 @@ def _viterbi_padded(scores: List[numpy.ndarray], tag_set: TagSet) -> List[numpy.
     for t in range(longest - 1, 0, -1):
         k = int(active[t])
         path[t - 1, :k] = back[t, numpy.arange(k), path[t, :k]]
-    out: List[numpy.ndarray] = [numpy.zeros((0,), dtype="i")] * n_seqs
-    for rank, row in enumerate(order.tolist()):
-        out[row] = path[: lengths[row], rank].copy()
-    return out
+    rank_of = numpy.empty_like(order)
+    rank_of[order] = numpy.arange(n_seqs)
+    return [path[:n, rank].copy() for n, rank in zip(lengths.tolist(), rank_of.tolist())]
 
 
 def _transitions(
