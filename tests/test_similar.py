@@ -1,5 +1,6 @@
 """Nearest-neighbour search over exported vectors: reading, errors, exactness."""
 
+import hashlib
 import json
 from pathlib import Path
 from typing import List
@@ -14,13 +15,16 @@ from spacy_bert_pipes.similar import (
     VectorCollection,
     VectorIndex,
     collection_neighbours,
+    load_saved_index,
     read_labels,
     read_vectors,
+    saved_index_paths,
     similar_collection,
     top_intent,
     unit_rows,
     write_similar,
 )
+from spacy_bert_pipes.similar import index as index_module
 
 
 def write_parquet(
@@ -288,3 +292,72 @@ def test_similar_collection_reads_parquet_shards(tmp_path: Path) -> None:
         "out_similar.json",
     ]
     assert all(p.parent == tmp_path for p in paths)
+
+
+def test_saved_index_is_loaded_not_built(
+    tmp_path: Path, collection: numpy.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [f"doc{i}" for i in range(len(collection))]
+    path = write_parquet(tmp_path / "v.parquet", ids, collection)
+    assert load_saved_index(read_vectors(path), kind="hnsw") is None
+    built = VectorIndex(read_vectors(path), kind="hnsw")
+    assert built.save() == tmp_path / "v.parquet.hnsw.faiss"
+    assert saved_index_paths(path, "hnsw")[1].exists()
+
+    def no_building(*args: object, **kwargs: object) -> None:
+        raise AssertionError("built, not loaded")
+
+    monkeypatch.setattr(index_module, "build_faiss_index", no_building)
+    loaded = load_saved_index(read_vectors(path), kind="hnsw", ef_search=64)
+    assert loaded is not None and len(loaded) == len(collection)
+    queries = numpy.random.default_rng(1).normal(size=(5, 24)).astype("f")
+    assert loaded.search(queries, k=10) == built.search(queries, k=10)
+    # another M is another graph
+    assert load_saved_index(read_vectors(path), kind="hnsw", hnsw_m=16) is None
+
+
+def test_saved_index_of_other_vectors_is_not_loaded(
+    tmp_path: Path, collection: numpy.ndarray
+) -> None:
+    ids = [f"doc{i}" for i in range(len(collection))]
+    path = write_parquet(tmp_path / "v.parquet", ids, collection)
+    VectorIndex(read_vectors(path), kind="hnsw").save()
+    assert load_saved_index(read_vectors(path), kind="hnsw") is not None
+    changed = collection.copy()
+    changed[3, 0] += 1e-3
+    write_parquet(path, ids, changed)
+    assert load_saved_index(read_vectors(path), kind="hnsw") is None
+    write_parquet(path, ids[1:] + ids[:1], collection)  # the same vectors, other ids
+    assert load_saved_index(read_vectors(path), kind="hnsw") is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "sidecar", "rows", "other_index"])
+def test_damaged_saved_index_is_not_loaded(
+    tmp_path: Path, collection: numpy.ndarray, damage: str
+) -> None:
+    import faiss
+
+    ids = [f"doc{i}" for i in range(len(collection))]
+    path = write_parquet(tmp_path / "v.parquet", ids, collection)
+    VectorIndex(read_vectors(path), kind="hnsw").save()
+    index_path, sidecar_path = saved_index_paths(path, "hnsw")
+    data = bytearray(index_path.read_bytes())
+    sidecar = json.loads(sidecar_path.read_text())
+    if damage == "truncated":
+        index_path.write_bytes(data[: len(data) // 2])
+    elif damage == "flipped":
+        data[-100] ^= 1  # a bit of a stored vector: faiss reads it without complaint
+        index_path.write_bytes(bytes(data))
+    elif damage == "sidecar":
+        sidecar_path.write_text("{not json")
+    elif damage == "rows":
+        sidecar_path.write_text(json.dumps({**sidecar, "rows": 499}))
+    else:
+        # a readable index with a matching checksum, of the wrong size and kind
+        other = faiss.IndexFlatIP(24)
+        other.add(unit_rows(collection[:10]))
+        index_bytes = faiss.serialize_index(other)
+        index_path.write_bytes(index_bytes.tobytes())
+        digest = hashlib.sha256(index_bytes.tobytes()).hexdigest()
+        sidecar_path.write_text(json.dumps({**sidecar, "index_sha256": digest}))
+    assert load_saved_index(read_vectors(path), kind="hnsw") is None

@@ -11,12 +11,16 @@ from wasabi import Printer
 
 from ..io.errors import ConversionError
 from ..similar import (
+    SAVED_KINDS,
     IndexKind,
     Neighbour,
+    VectorCollection,
     VectorIndex,
     embed_texts,
+    load_saved_index,
     read_labels,
     read_vectors,
+    saved_index_paths,
     similar_collection,
     write_similar,
 )
@@ -49,13 +53,24 @@ def similar_cli(
     index_kind: str = typer.Option(
         "flat", "--index", help="flat (exact) or hnsw (approximate, for large collections)"
     ),
+    save_index: bool = typer.Option(
+        True,
+        "--save-index/--no-save-index",
+        help="Save a newly built hnsw index beside VECTORS (VECTORS.hnsw.faiss and "
+        "VECTORS.hnsw.faiss.json) for the next call to load",
+    ),
     id_column: str = typer.Option("id", "--id-column", help="The column holding the ids"),
     vector_column: str = typer.Option(
         "vector", "--vector-column", help="The column holding the vectors"
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table"),
 ) -> None:
-    """Print the k rows of VECTORS most similar (cosine) to QUERY or to row --id."""
+    """Print the k rows of VECTORS most similar (cosine) to QUERY or to row --id.
+
+    An hnsw index saved beside VECTORS by an earlier call is loaded when it was
+    built from the same ids and vectors; otherwise it is built (and saved,
+    unless --no-save-index). A flat index is always built: that is quicker.
+    """
     msg = Printer(no_print=as_json)
     if (query is None) == (row_id is None):
         fail("Give either a QUERY text or --id ROW_ID (not both)")
@@ -70,7 +85,7 @@ def similar_cli(
     except ConversionError as err:
         fail(str(err))
     kind: IndexKind = "hnsw" if index_kind == "hnsw" else "flat"
-    index = VectorIndex(collection, kind=kind, progress=not as_json)
+    index = _open_index(collection, kind, save_index, msg, progress=not as_json)
     exclude: Optional[List[int]] = None
     if row_id is not None:
         try:
@@ -101,6 +116,26 @@ def similar_cli(
             print(json.dumps({"rank": rank, "id": hit.id, "cosine": round(hit.cosine, 6)}))
         return
     msg.table(_rows(hits), header=("rank", "id", "cosine"), aligns=("r", "l", "r"), title=title)
+
+
+def _open_index(
+    collection: VectorCollection, kind: IndexKind, save: bool, msg: Printer, progress: bool
+) -> VectorIndex:
+    """The saved index when it matches, else a new one (saved when asked)."""
+    if kind not in SAVED_KINDS:
+        return VectorIndex(collection, kind=kind, progress=progress)
+    index = load_saved_index(collection, kind=kind)
+    if index is not None:
+        msg.info(f"Loaded the saved {kind} index {saved_index_paths(collection.path, kind)[0]}")
+        return index
+    index = VectorIndex(collection, kind=kind, progress=progress)
+    if save:
+        try:
+            msg.info(f"Saved the {kind} index to {index.save()}")
+        except OSError as err:
+            # the search still works: only the next call loses the shortcut
+            typer.secho(f"Warning: the index was not saved: {err}", fg="yellow", err=True)
+    return index
 
 
 def _rows(hits: List[Neighbour]) -> List[tuple]:

@@ -15,8 +15,9 @@ reaches a threshold (near-duplicates). `similar_collection` adds to it what
 predicted intent of each row (its most probable category) and, from the
 collection's input, the texts of the pairs.
 
-The package: `vectors` reads and checks a collection, `index` builds the index
-of `bert-pipes similar`, `collection` searches a collection against itself.
+The package: `vectors` reads and checks a collection, `index` builds (and saves
+and loads) the index of `bert-pipes similar`, `collection` searches a collection
+against itself.
 """
 
 from .collection import (
@@ -39,11 +40,14 @@ from .collection import (
 from .index import (
     ADD_CHUNK,
     INDEX_KINDS,
+    SAVED_KINDS,
     SMALL_BATCH,
     IndexKind,
     VectorIndex,
     embed_texts,
     load_faiss,
+    load_saved_index,
+    saved_index_paths,
 )
 from .vectors import (
     Neighbour,
@@ -64,6 +68,7 @@ __all__ = [
     "NEIGHBOURS_SUFFIX",
     "Neighbour",
     "QUERY_BATCH",
+    "SAVED_KINDS",
     "SMALL_BATCH",
     "SUMMARY_SUFFIX",
     "SimilarCollection",
@@ -73,11 +78,13 @@ __all__ = [
     "embed_texts",
     "has_vectors",
     "load_faiss",
+    "load_saved_index",
     "read_intents",
     "read_labels",
     "read_texts",
     "read_vectors",
     "row_location",
+    "saved_index_paths",
     "similar_collection",
     "similar_paths",
     "top_intent",

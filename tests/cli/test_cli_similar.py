@@ -2,7 +2,9 @@
 
 import json
 from pathlib import Path
+from typing import Any, List
 
+import numpy
 import pytest
 import spacy
 from helpers import SMALL_ENCODER, loader_config
@@ -99,3 +101,57 @@ def test_similar_collection_writes_beside_the_annotations(tmp_path: Path) -> Non
     # (before it: the progress bar of the reading)
     last = result.output.strip().splitlines()[-1]
     assert last == f"{annotations}:2: the vector has 1 values, the first row has 3"
+
+
+def write_vectors(path: Path, vectors: numpy.ndarray) -> Path:
+    rows = [{"id": f"r{i}", "vector": v.tolist()} for i, v in enumerate(vectors)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_hnsw_index_is_saved_loaded_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spacy_bert_pipes.similar import index as index_module
+
+    vectors = numpy.random.default_rng(0).normal(size=(60, 8)).astype("f")
+    file = write_vectors(tmp_path / "v.jsonl", vectors)
+    sidecar = tmp_path / "v.jsonl.hnsw.faiss.json"
+    args = ["similar", str(file), "--id", "r0", "--index", "hnsw", "-k", "5"]
+    first = runner.invoke(app, [*args, "--json"])
+    assert first.exit_code == 0, first.output
+    assert (tmp_path / "v.jsonl.hnsw.faiss").exists() and sidecar.exists()
+    saved_at = sidecar.stat().st_mtime_ns
+    build = index_module.build_faiss_index
+    builds: List[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        builds.append(1)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(index_module, "build_faiss_index", counted)
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert "Loaded the saved hnsw index" in again.stdout and builds == []
+    assert runner.invoke(app, [*args, "--json"]).stdout == first.stdout
+    assert sidecar.stat().st_mtime_ns == saved_at and builds == []
+    # a damaged index is rebuilt (and replaced), with the same results
+    (tmp_path / "v.jsonl.hnsw.faiss").write_bytes(b"\0" * 100)
+    rebuilt = runner.invoke(app, args)
+    assert rebuilt.exit_code == 0 and "Saved the hnsw index to" in rebuilt.stdout
+    assert builds == [1]
+    assert runner.invoke(app, [*args, "--json"]).stdout == first.stdout and builds == [1]
+    # a changed vectors file: rebuilt
+    vectors[5] = -vectors[5]
+    write_vectors(file, vectors)
+    changed = runner.invoke(app, [*args, "--json"])
+    assert changed.exit_code == 0 and builds == [1, 1]
+    assert changed.stdout != first.stdout and sidecar.stat().st_mtime_ns != saved_at
+
+
+def test_no_save_index_and_flat_write_nothing(tmp_path: Path) -> None:
+    file = write_vectors(tmp_path / "v.jsonl", numpy.eye(4, dtype="f"))
+    for extra in (["--index", "hnsw", "--no-save-index"], ["--index", "flat"], []):
+        result = runner.invoke(app, ["similar", str(file), "--id", "r0", *extra])
+        assert result.exit_code == 0, result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["v.jsonl"]
