@@ -226,22 +226,63 @@ def _broken_file(component_path: Path, err: Exception) -> Tuple[Path, str]:
 
 def _config_reason(err: Exception) -> str:
     """One line for a config.cfg that cannot be read or built, with its line number
-    where the parser gives one (confection reports the file as '<string>')."""
+    where the parser gives one (confection reports the file as '<string>').
+
+    Whatever the error, this gives a line and raises nothing: the caller is
+    reporting a failure, and must not fail in turn.
+    """
     parse_error = err if isinstance(err, configparser.Error) else err.__context__
-    if isinstance(parse_error, configparser.ParsingError) and parse_error.errors:
-        lineno, line = parse_error.errors[0]
-        return f"not valid config syntax at line {lineno}: {line}"  # line: repr of the line
     if isinstance(parse_error, configparser.Error):
-        reason = str(parse_error).replace("While reading from '<string>' ", "")
-        return f"not valid config syntax: {reason}"
-    errors = getattr(err, "errors", None)
-    if isinstance(err, ConfigValidationError) and errors:
-        first = errors[0]
-        location = ".".join(str(part) for part in first.get("loc", []))
-        return f"{location}: {first.get('msg', '')}" if location else str(first.get("msg"))
+        return _syntax_reason(parse_error)
+    if isinstance(err, ConfigValidationError):
+        return _validation_reason(err)
     if isinstance(err, UnicodeDecodeError):
-        return f"not UTF-8 text ({err})"
-    return f"{type(err).__name__}: {err}"
+        return f"not UTF-8 text ({_text(err)})"
+    return f"{type(err).__name__}: {_text(err)}"
+
+
+def _syntax_reason(error: configparser.Error) -> str:
+    """configparser's error, with the line it names. A ParsingError lists
+    (lineno, repr(line)) pairs in `errors`; its subclass MissingSectionHeaderError
+    (text before the first [section]) has no `errors` but `lineno` and `line`."""
+    errors = getattr(error, "errors", None)
+    lineno, line = getattr(error, "lineno", None), getattr(error, "line", None)
+    if isinstance(errors, list) and errors and isinstance(errors[0], tuple) and len(errors[0]) == 2:
+        lineno, line = errors[0]  # line: the repr of the line
+    elif isinstance(line, str):
+        line = repr(line)
+    if isinstance(lineno, int) and isinstance(line, str):
+        where = f"at line {lineno}"
+        if isinstance(error, configparser.MissingSectionHeaderError):
+            where += ", before any [section] header"
+        return f"not valid config syntax {where}: {line}"
+    message = _text(error).replace("While reading from '<string>' ", "")
+    if isinstance(lineno, int):  # a section or option given twice
+        return f"not valid config syntax at line {lineno}: " + message.replace(
+            f"[line {lineno:2d}]: ", ""
+        )
+    return f"not valid config syntax: {message}"
+
+
+def _validation_reason(err: ConfigValidationError) -> str:
+    """The first of confection's errors ({"loc": [...], "msg": ...}), or its
+    description where it has none (e.g. a ${...} that names nothing)."""
+    errors = getattr(err, "errors", None)
+    first = errors[0] if isinstance(errors, (list, tuple)) and errors else None
+    if isinstance(first, dict):
+        loc = first.get("loc")
+        location = ".".join(str(part) for part in loc) if isinstance(loc, (list, tuple)) else ""
+        message = one_line(str(first.get("msg", "")))
+        return f"{location}: {message}" if location else message
+    return one_line(str(getattr(err, "desc", None) or "")) or f"{type(err).__name__}: {_text(err)}"
+
+
+def _text(err: BaseException) -> str:
+    """The first non-blank line of an error's message ("" if its __str__ fails)."""
+    try:
+        return one_line(str(err))
+    except Exception:  # a message built from a broken value: the type still tells
+        return ""
 
 
 def _loaded(name: str, load: Callable[[], T]) -> T:

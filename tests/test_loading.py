@@ -1,17 +1,19 @@
-"""Loading a saved pipeline with its bert encoders at another precision
-(spacy_bert_pipes.loading)."""
+"""Loading a saved pipeline with its bert encoders at another precision, and
+whatever fails in reading its config.cfg as one line (spacy_bert_pipes.loading)."""
 
+import configparser
 from pathlib import Path
-from typing import Dict
+from typing import Any, Dict, List
 
 import numpy
 import pytest
 import spacy
 import torch
+from confection import ConfigValidationError
 from helpers import SMALL_ENCODER, loader_config, ner_examples, textcat_examples
 from spacy.training import Example
 
-from spacy_bert_pipes.loading import encoder_config_paths, load_pipeline
+from spacy_bert_pipes.loading import PipelineLoadError, encoder_config_paths, load_pipeline
 
 torch.set_num_threads(1)
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
@@ -81,3 +83,60 @@ def test_a_pipeline_without_a_bert_encoder_names_its_components(tmp_path: Path) 
     nlp.to_disk(tmp_path / "plain")
     with pytest.raises(ValueError, match=r"no spacy-bert-pipes.BertEncoder.v1.*sentencizer"):
         load_pipeline(tmp_path / "plain", precision="bf16")
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def config_errors() -> List[Any]:
+    """An error reading or building config.cfg, and words of its reason: the
+    shapes configparser, confection and spaCy raise, and odd ones."""
+    no_header = configparser.MissingSectionHeaderError("<string>", 1, "this is not [[[\n")
+    # confection raises its own error `from None` while handling configparser's
+    wrapped = ConfigValidationError(desc="Make sure the sections and values are formatted")
+    wrapped.__context__ = no_header
+    parsing = configparser.ParsingError("<string>")
+    parsing.append(5, "'this line is not config\n'")
+    odd_parsing = configparser.ParsingError("<string>")
+    odd_parsing.errors = [("not", "a", "pair")]  # type: ignore[list-item]
+    validation = ConfigValidationError(errors=[{"loc": ["nlp", "lang"], "msg": "Field required"}])
+    odd_errors = ConfigValidationError(desc="a ${paths.nope} that names nothing")
+    odd_errors.errors = ["not a dict"]
+    odd_loc = ConfigValidationError(errors=[{"loc": [], "msg": "wrong"}])
+    odd_loc.errors = [{"loc": None, "msg": "wrong"}]
+    duplicate = configparser.DuplicateSectionError("a", "<string>", 3)
+    not_utf8 = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+    return [
+        pytest.param(no_header, "at line 1, before any [section] header: 'this is", id="header"),
+        pytest.param(wrapped, "at line 1, before any [section] header", id="wrapped_header"),
+        pytest.param(parsing, "syntax at line 5: 'this line is not config", id="parsing"),
+        pytest.param(configparser.ParsingError("<string>"), "not valid config", id="no_lines"),
+        pytest.param(odd_parsing, "not valid config syntax", id="odd_parsing"),
+        pytest.param(duplicate, "at line 3: section 'a' already exists", id="duplicate"),
+        pytest.param(validation, "nlp.lang: Field required", id="validation"),
+        pytest.param(odd_errors, "a ${paths.nope} that names nothing", id="odd_validation"),
+        pytest.param(odd_loc, "wrong", id="odd_loc"),
+        pytest.param(ConfigValidationError(), "Config validation error", id="bare_validation"),
+        pytest.param(not_utf8, "not UTF-8 text", id="not_utf8"),
+        pytest.param(Unprintable(), "Unprintable", id="unprintable"),
+        pytest.param(RuntimeError("\n\nfirst\nsecond"), "RuntimeError: first", id="lines"),
+    ]
+
+
+@pytest.mark.parametrize("error, reason", config_errors())
+def test_any_error_in_config_cfg_is_one_line_naming_it(
+    pipeline: str, monkeypatch: pytest.MonkeyPatch, error: Exception, reason: str
+) -> None:
+    def load_config(*args: Any, **kwargs: Any) -> None:
+        raise error
+
+    monkeypatch.setattr(spacy.util, "load_config", load_config)
+    with pytest.raises(PipelineLoadError) as info:
+        load_pipeline(pipeline)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    config_path = Path(pipeline) / "config.cfg"
+    assert message.startswith(f"Cannot load the pipeline {pipeline}: file {config_path}: ")
+    assert reason in info.value.reason, info.value.reason
