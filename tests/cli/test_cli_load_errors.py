@@ -1,10 +1,11 @@
 """Damaged or foreign pipelines fail with one line naming the folder, the
-component and the broken file, before any input is read (`util.load_pipeline`,
-as `bert-pipes evaluate` and `bert-pipes explain` use it)."""
+component and the broken file, before any input is read (`loading.load_pipeline`,
+as every command that loads a pipeline uses it)."""
 
+import random
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 import spacy
@@ -76,8 +77,31 @@ def broken_config(path: Path) -> None:
     path.write_text("\n".join(lines), encoding="utf8")
 
 
+def headerless_config(path: Path) -> None:
+    path.write_text("this is not a config [[[", encoding="utf8")
+
+
+def random_bytes(path: Path) -> None:
+    path.write_bytes(random.Random(0).randbytes(2000))
+
+
+def cut_config(path: Path) -> None:
+    """Cut off inside a section header, as a copy that stopped half way."""
+    text = path.read_text(encoding="utf8")
+    path.write_text(text[: text.index("[components.bert_ner]") + 8], encoding="utf8")
+
+
+def replace_in_config(old: str, new: str) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        text = path.read_text(encoding="utf8")
+        assert old in text
+        path.write_text(text.replace(old, new), encoding="utf8")
+
+    return change
+
+
 # (damage, the file it is applied to, the component named, the file named, words of the reason)
-CASES: Dict[str, Tuple[Callable[[Path], None], str, Optional[str], Optional[str], str]] = {
+CASES: Dict[str, Tuple[Callable[[Path], object], str, Optional[str], Optional[str], str]] = {
     "truncated_weights": (truncate, "bert_ner/model", "bert_ner", "bert_ner/model", "damaged"),
     "garbled_model_file": (
         garble,
@@ -124,6 +148,29 @@ CASES: Dict[str, Tuple[Callable[[Path], None], str, Optional[str], Optional[str]
     "garbled_component_cfg": (garble, "bert_ner/cfg", "bert_ner", "bert_ner/cfg", "not valid JSON"),
     "broken_config_cfg": (broken_config, "config.cfg", None, "config.cfg", "at line 5"),
     "garbled_config_cfg": (garble, "config.cfg", None, "config.cfg", "UTF-8"),
+    "headerless_config_cfg": (
+        headerless_config,
+        "config.cfg",
+        None,
+        "config.cfg",
+        "at line 1, before any [section] header: 'this is not a config [[['",
+    ),
+    "random_bytes_config_cfg": (random_bytes, "config.cfg", None, "config.cfg", "UTF-8"),
+    "cut_off_config_cfg": (cut_config, "config.cfg", None, "config.cfg", "'[compone'"),
+    "unknown_function_in_config_cfg": (
+        replace_in_config("spacy-bert-pipes.TokenTaggerModel.v1", "spacy-bert-pipes.Nope.v1"),
+        "config.cfg",
+        None,
+        "config.cfg",
+        "Could not find function 'spacy-bert-pipes.Nope.v1'",
+    ),
+    "wrong_type_in_config_cfg": (
+        replace_in_config("max_length = 16", 'max_length = "sixteen"'),
+        "config.cfg",
+        None,
+        "config.cfg",
+        "max_length",
+    ),
     "garbled_meta_json": (garble, "meta.json", None, "meta.json", "JSON"),
     "meta_json_without_lang": (
         lambda p: p.write_text('{"name": "x"}', encoding="utf8"),
@@ -188,6 +235,35 @@ def test_explain_fails_with_one_line(saved: Dict[str, Path], tmp_path: Path, cas
     args = ["explain", str(pipe), "hello world", "-o", str(tmp_path / "out")]
     assert_one_line(runner.invoke(app, args), str(pipe / str(file)))
     assert not (tmp_path / "out").exists()
+
+
+CONFIG_CASES = [case for case, (_, target, *_) in CASES.items() if target == "config.cfg"]
+
+
+def command_line(command: str, pipe: Path, out: Path) -> List[str]:
+    """A command that loads `pipe`, its other inputs written in `out`'s folder
+    and its output at `out` (evaluate's is covered by the test above)."""
+    if command == "annotate":
+        texts = out.parent / "texts.csv"
+        texts.write_text("text\nhello world\n", encoding="utf8")
+        return ["annotate", str(pipe), str(texts), str(out)]
+    if command == "assemble":
+        return ["assemble", str(out), "--ner", str(pipe)]
+    assert command == "explain"
+    return ["explain", str(pipe), "hello world", "-o", str(out)]
+
+
+@pytest.mark.parametrize("command", ["annotate", "assemble", "explain"])
+@pytest.mark.parametrize("case", CONFIG_CASES)
+def test_a_damaged_config_cfg_is_one_line_in_every_command(
+    saved: Dict[str, Path], tmp_path: Path, case: str, command: str
+) -> None:
+    pipe = damaged_copy(saved, tmp_path, case)
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, command_line(command, pipe, out))
+    file = pipe / "config.cfg"
+    assert_one_line(result, f"Cannot load the pipeline {pipe}: file {file}: ", CASES[case][4])
+    assert not out.exists() and not (tmp_path / "out.jsonl.parts").exists()
 
 
 @pytest.mark.parametrize("command", ["evaluate", "explain"])
