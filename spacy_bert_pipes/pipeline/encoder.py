@@ -3,7 +3,6 @@
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_get_examples
 from spacy.vocab import Vocab
@@ -13,6 +12,7 @@ from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
 from .common import ensure_encoding_extension, load_encoder, prefetching_pipe
+from .settings import ConfiguredPipe
 
 DEFAULT_ENCODER_MODEL = """
 [model]
@@ -59,8 +59,10 @@ def _as_listener(listener: Model) -> EncoderListener:
     return listener
 
 
-class BertEncoderPipe(TrainablePipe):
+class BertEncoderPipe(ConfiguredPipe):
     """A shared BERT encoder (see `make_bert_encoder`)."""
+
+    learned_cfg = ()
 
     def __init__(self, vocab: Vocab, model: Model, name: str = "bert_encoder") -> None:
         ensure_encoding_extension()

@@ -17,7 +17,6 @@ from typing import (
 
 import numpy
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
@@ -44,6 +43,7 @@ from .common import (
     own_encoder,
     train_step,
 )
+from .settings import ConfiguredPipe
 
 DEFAULT_NER_MODEL = """
 [model]
@@ -122,7 +122,7 @@ def make_bert_ner(
     )
 
 
-class BertEntityRecognizer(TrainablePipe):
+class BertEntityRecognizer(ConfiguredPipe):
     """Named entity tagger on a BERT encoder (see `make_bert_ner`).
 
     The confidence of an entity is the mean, over its tokens, of the probability
@@ -414,6 +414,21 @@ class BertEntityRecognizer(TrainablePipe):
         self.model.initialize(Y=[cast(Floats2d, numpy.zeros((1, n_tags), dtype="f"))])
         if imported is not None:
             self._set_imported_weights(imported)
+
+    def check_loaded(self) -> None:
+        """The scheme comes from the config, but the trained output layer predicts
+        the tags of the scheme it was trained with: they must agree."""
+        output = self.model.get_ref("output")
+        if not self.labels or not output.has_param("W"):
+            return
+        n_tags = len(self.tag_set.tags)
+        n_out = output.get_param("W").shape[0]
+        if n_tags != n_out:
+            raise ValueError(
+                f"[components.{self.name}] scheme = {self.cfg['scheme']!r} gives {n_tags} tags "
+                f"over its {len(self.labels)} labels, but the loaded model predicts {n_out}: "
+                "the scheme is fixed by the trained weights (BIO: 2n + 1 tags, BILUO: 4n + 1)"
+            )
 
     def _imported_labels(self, imported: TaggerWeights) -> List[str]:
         """Entity labels of an imported head, in first-seen order, after checking

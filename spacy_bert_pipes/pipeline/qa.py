@@ -4,7 +4,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
@@ -22,6 +21,7 @@ from .common import (
     own_encoder,
     train_step,
 )
+from .settings import ConfiguredPipe
 
 DEFAULT_QA_MODEL = """
 [model]
@@ -106,7 +106,7 @@ def make_bert_qa(
     )
 
 
-class BertQuestionAnswerer(TrainablePipe):
+class BertQuestionAnswerer(ConfiguredPipe):
     """Extractive question answering on a BERT encoder (see `make_bert_qa`).
 
     Each answer is a dict in `doc._.answers`: {"key", "question", "text", "start",
@@ -117,6 +117,8 @@ class BertQuestionAnswerer(TrainablePipe):
     dicts, in span order). A second bert_qa in the pipeline adds its answers to
     both: each component replaces only its own ("component" is its name).
     """
+
+    learned_cfg = ()  # every cfg key is a setting, questions included
 
     def __init__(
         self,

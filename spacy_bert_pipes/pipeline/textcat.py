@@ -17,7 +17,6 @@ from typing import (
 
 import numpy
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
@@ -32,6 +31,7 @@ from .common import (
     own_encoder,
     train_step,
 )
+from .settings import ConfiguredPipe
 
 DEFAULT_TEXTCAT_MODEL = """
 [model]
@@ -104,8 +104,13 @@ def make_bert_textcat(
     )
 
 
-class BertTextCategorizer(TrainablePipe):
+class BertTextCategorizer(ConfiguredPipe):
     """Document classifier on a BERT encoder (see `make_bert_textcat`)."""
+
+    # learned in initialize: the labels and how often each is positive (which
+    # class_weights = "balanced" turns into loss weights); "label_weights" is
+    # what pipelines saved before the counts were kept
+    learned_cfg = ("labels", "label_counts", "label_weights")
 
     def __init__(
         self,
@@ -126,7 +131,7 @@ class BertTextCategorizer(TrainablePipe):
             "labels": [],
             "threshold": threshold,
             "class_weights": class_weights,
-            "label_weights": None,
+            "label_counts": None,
         }
 
     @property
@@ -248,7 +253,7 @@ class BertTextCategorizer(TrainablePipe):
         return float(loss / n), self.model.ops.asarray2f(d_logits)
 
     def _label_weight_array(self) -> numpy.ndarray:
-        label_weights = self.cfg.get("label_weights") or {}
+        label_weights = self.label_weights() or {}
         return numpy.asarray([label_weights.get(lb, 1.0) for lb in self.labels], dtype="f")
 
     # --- initialization -----------------------------------------------------------
@@ -288,7 +293,9 @@ class BertTextCategorizer(TrainablePipe):
                 f"No labels for '{self.name}': the training examples have no doc.cats and "
                 "no labels were given in [initialize.components]"
             )
-        self.cfg["label_weights"] = self._resolve_class_weights(examples)
+        self.cfg["label_counts"] = self._count_labels(examples)
+        self.cfg.pop("label_weights", None)
+        self.label_weights()  # a bad class_weights setting fails now, not in update
         self.model.initialize(Y=cast(Floats2d, numpy.zeros((1, len(self.labels)), dtype="f")))
         if imported is not None:
             self._set_imported_weights(imported)
@@ -323,7 +330,21 @@ class BertTextCategorizer(TrainablePipe):
             pooler.set_param("W", ops.asarray2f(imported.pooler[0]))
             pooler.set_param("b", ops.asarray1f(imported.pooler[1]))
 
-    def _resolve_class_weights(self, examples: List[Example]) -> Optional[Dict[str, float]]:
+    def _count_labels(self, examples: List[Example]) -> Dict[str, Any]:
+        """For each label, how many initialize docs annotate it and how many have it
+        positive (a doc that does not annotate a label is not counted for it)."""
+        annotated = {label: 0 for label in self.labels}
+        positives = {label: 0 for label in self.labels}
+        for eg in examples:
+            for label, value in eg.reference.cats.items():
+                if label in annotated:
+                    annotated[label] += 1
+                    positives[label] += int(value >= 0.5)
+        return {"annotated": annotated, "positives": positives}
+
+    def label_weights(self) -> Optional[Dict[str, float]]:
+        """The loss weight of each label, from the class_weights setting (and, for
+        "balanced", the label counts of the initialize examples)."""
         setting = self.cfg["class_weights"]
         if setting is None:
             return None
@@ -336,18 +357,26 @@ class BertTextCategorizer(TrainablePipe):
             return {label: float(setting.get(label, 1.0)) for label in self.labels}
         if setting != "balanced":
             raise ValueError(f"class_weights must be 'balanced' or a mapping, got {setting!r}")
-        counts = {label: 0 for label in self.labels}
-        for eg in examples:
-            for label, value in eg.reference.cats.items():
-                if value >= 0.5 and label in counts:
-                    counts[label] += 1
-        n = max(len(examples), 1)
+        counts = self.cfg.get("label_counts")
+        if counts is None:
+            saved = self.cfg.get("label_weights")
+            if saved is not None:  # saved before label counts were kept
+                return dict(saved)
+            raise ValueError(
+                f"class_weights = 'balanced' needs the label counts of '{self.name}', which "
+                "nlp.initialize() gathers from the training examples"
+            )
+        annotated, positives = counts["annotated"], counts["positives"]
+        n_docs = max(annotated.values(), default=0)  # exclusive: docs with gold cats
         weights = {}
-        for label, count in counts.items():
-            if self.exclusive:
-                weights[label] = n / (len(self.labels) * count) if count else 1.0
+        for label in self.labels:
+            count = int(positives.get(label, 0))
+            if not count:
+                weights[label] = 1.0
+            elif self.exclusive:
+                weights[label] = n_docs / (len(self.labels) * count)
             else:
-                weights[label] = (n - count) / count if count else 1.0
+                weights[label] = (int(annotated.get(label, 0)) - count) / count
         return weights
 
     # --- scoring ------------------------------------------------------------------

@@ -121,16 +121,20 @@ class BertVectors:
             default: the source of the pipeline's `bert_encoder`. Set it under
             [initialize.components.<name>].
         """
-        pooling, normalize = self.cfg["pooling"], self.cfg["normalize"]
         recipe = Pooling()
-        if pooling is None or normalize is None:
+        if self.cfg["pooling"] is None or self.cfg["normalize"] is None:
             source = checkpoint or self._upstream_source(nlp)
             recipe = read_pooling(resolve_source(source))
+        self._set_recipe(self._configured(recipe))
+
+    def _configured(self, recipe: Pooling) -> Pooling:
+        """The recipe with the configured pooling and normalize (where set) on top."""
+        pooling, normalize = self.cfg["pooling"], self.cfg["normalize"]
         if pooling is not None:
             recipe = Pooling(tuple(pooling), recipe.normalize, recipe.source, recipe.max_seq_length)
         if normalize is not None:
             recipe = Pooling(recipe.modes, normalize, recipe.source, recipe.max_seq_length)
-        self._set_recipe(recipe)
+        return recipe
 
     def _upstream_source(self, nlp: Optional[Language]) -> str:
         if nlp is None:
@@ -191,9 +195,13 @@ class BertVectors:
         return self
 
     def _load_cfg(self, cfg: Dict[str, Any]) -> None:
-        self.cfg.update(cfg)
-        if self.cfg.get("recipe") is not None:
-            self._hooks = VectorHooks(self.recipe)
+        """The saved recipe (read from the checkpoint in `initialize`), with the
+        configured pooling and normalize on top: settings come from the config,
+        also when they were given at `spacy.load`."""
+        saved = cfg.get("recipe")
+        if saved is None:
+            return
+        self._set_recipe(self._configured(Pooling.from_dict(saved)))
 
 
 class VectorHooks:

@@ -96,7 +96,8 @@ def test_class_weights_balanced_and_mapping(tiny_bert: Path) -> None:
     nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
     data = TRAIN_TEXTS + [("my card", "card")] * 4
     nlp.initialize(lambda: textcat_examples(nlp, data))
-    weights = nlp.get_pipe("bert_textcat").cfg["label_weights"]
+    weights = nlp.get_pipe("bert_textcat").label_weights()
+    assert weights is not None
     n = len(data)
     assert weights["card"] == pytest.approx(n / (3 * 6))
     assert weights["fx"] == pytest.approx(n / (3 * 2))
@@ -116,16 +117,17 @@ def test_weighted_loss_gradient(tiny_bert: Path) -> None:
     examples = textcat_examples(nlp)
     nlp.initialize(lambda: examples)
     textcat = nlp.get_pipe("bert_textcat")
-    textcat.cfg["label_weights"] = {"card": 2.0, "fx": 1.0, "other": 0.5}
+    weights = {"card": 2.0, "fx": 1.0, "other": 0.5}
+    textcat.cfg["class_weights"] = weights
     probs = numpy.full((len(examples), 3), 1 / 3, dtype="f")
     loss, d = textcat.get_loss(examples, probs)
     labels = list(textcat.labels)
     for i, (_, gold) in enumerate(TRAIN_TEXTS):
-        w = textcat.cfg["label_weights"][gold]
+        w = weights[gold]
         onehot = numpy.asarray([float(lb == gold) for lb in labels])
         numpy.testing.assert_allclose(d[i], w * (probs[i] - onehot) / len(examples), rtol=1e-5)
     assert loss == pytest.approx(
-        numpy.mean([textcat.cfg["label_weights"][g] * numpy.log(3) for _, g in TRAIN_TEXTS]),
+        numpy.mean([weights[g] * numpy.log(3) for _, g in TRAIN_TEXTS]),
         rel=1e-4,
     )
 
