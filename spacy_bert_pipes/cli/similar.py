@@ -4,7 +4,7 @@ similar rows of a whole annotated collection."""
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from wasabi import Printer
@@ -25,6 +25,9 @@ from ..similar import (
     write_similar,
 )
 from .common import app, fail, text_column_option
+
+if TYPE_CHECKING:
+    from spacy.language import Language
 
 
 @app.command("similar")
@@ -78,6 +81,8 @@ def similar_cli(
         fail("A QUERY text needs --pipeline to embed it (or use --id ROW_ID)")
     if index_kind not in ("flat", "hnsw"):
         fail(f"--index must be flat or hnsw, not {index_kind!r}")
+    # The pipeline first: a missing or damaged one fails before VECTORS is read.
+    nlp = None if query is None else _load_pipeline(str(pipeline))
     try:
         collection = read_vectors(
             vectors, id_column=id_column, vector_column=vector_column, progress=not as_json
@@ -96,12 +101,7 @@ def similar_cli(
         exclude = [row]
         title = f"Nearest to id {row_id!r}"
     else:
-        from ..loading import load_pipeline
-
-        try:
-            nlp = load_pipeline(str(pipeline))
-        except OSError as err:
-            fail(f"{pipeline}: {err}")
+        assert nlp is not None  # loaded above for the QUERY
         try:
             query_vectors = embed_texts(nlp, [str(query)])
         except ValueError as err:
@@ -116,6 +116,18 @@ def similar_cli(
             print(json.dumps({"rank": rank, "id": hit.id, "cosine": round(hit.cosine, 6)}))
         return
     msg.table(_rows(hits), header=("rank", "id", "cosine"), aligns=("r", "l", "r"), title=title)
+
+
+def _load_pipeline(pipeline: str) -> "Language":
+    """The pipeline that embeds a QUERY, or one line saying why it cannot load."""
+    from ..loading import PipelineLoadError, load_pipeline
+
+    try:
+        return load_pipeline(pipeline)
+    except PipelineLoadError as err:  # missing, foreign or damaged: one line
+        fail(str(err))
+    except OSError as err:  # a file in it that cannot be read
+        fail(f"{pipeline}: {err}")
 
 
 def _open_index(

@@ -2,6 +2,7 @@
 component and the broken file, before any input is read (`loading.load_pipeline`,
 as every command that loads a pipeline uses it)."""
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -249,11 +250,16 @@ def command_line(command: str, pipe: Path, out: Path) -> List[str]:
         return ["annotate", str(pipe), str(texts), str(out)]
     if command == "assemble":
         return ["assemble", str(out), "--ner", str(pipe)]
-    assert command == "explain"
-    return ["explain", str(pipe), "hello world", "-o", str(out)]
+    if command == "explain":
+        return ["explain", str(pipe), "hello world", "-o", str(out)]
+    assert command == "similar"
+    vectors = out.parent / "vectors.jsonl"
+    rows = [{"id": "a", "vector": [1.0, 0.0]}, {"id": "b", "vector": [0.0, 1.0]}]
+    vectors.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf8")
+    return ["similar", str(vectors), "hello world", "--pipeline", str(pipe)]
 
 
-@pytest.mark.parametrize("command", ["annotate", "assemble", "explain"])
+@pytest.mark.parametrize("command", ["annotate", "assemble", "explain", "similar"])
 @pytest.mark.parametrize("case", CONFIG_CASES)
 def test_a_damaged_config_cfg_is_one_line_in_every_command(
     saved: Dict[str, Path], tmp_path: Path, case: str, command: str
