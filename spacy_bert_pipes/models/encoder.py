@@ -2,7 +2,8 @@
 
 Forward pass, in order:
 1. tokenize each doc's text once with the fast tokenizer (character offsets kept),
-   or with `context = "sentence"` each of its sentences apart;
+   or with `context = "sentence"` each of its sentences apart (`context = "auto"`:
+   as the training docs were, see `learn_context`);
 2. split long texts (sentences) into overlapping windows, laid out end to end
    (`window_layout.layout_windows`, `windows.plan_windows`);
 3. pack the windows of all docs into length-sorted batches under a padded-token
@@ -19,6 +20,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Iterable,
     List,
     Literal,
     Optional,
@@ -43,7 +45,10 @@ from .windows import copy_rows, pack_batches, segment_sums
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
 
-CONTEXTS = ("doc", "sentence")
+CONTEXTS = ("doc", "sentence", "auto")
+# `context = "auto"` reads sentences apart when at least this share of the training
+# docs are one sentence each (by their own boundaries, or else spaCy's sentencizer).
+SENTENCE_LEVEL_SHARE = 0.9
 
 
 @dataclass
@@ -66,7 +71,7 @@ def BertEncoder(
     precision: Precision = "fp32",
     frozen_layers: Union[int, Literal["all"]] = 0,
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
-    context: Literal["doc", "sentence"] = "doc",
+    context: Literal["doc", "sentence", "auto"] = "doc",
     case_embeddings: bool = False,
 ) -> Model[List[Doc], List[DocEncoding]]:
     """BertEncoder.v2 with one `precision` for training and prediction (v2's
@@ -90,10 +95,10 @@ def BertEncoderV2(
     stride: int = 32,
     max_batch_tokens: int = 4096,
     precision: Precision = "fp32",
-    predict_precision: Precision = "fp32",
+    predict_precision: Precision = "auto",
     frozen_layers: Union[int, Literal["all"]] = 0,
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
-    context: Literal["doc", "sentence"] = "doc",
+    context: Literal["doc", "sentence", "auto"] = "doc",
     case_embeddings: bool = False,
 ) -> Model[List[Doc], List[DocEncoding]]:
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
@@ -137,6 +142,8 @@ def BertEncoderV2(
             "max_batch_tokens": max_batch_tokens,
             "source": "",
             "context": context,
+            # what `context = "auto"` learned from the training docs (learn_context)
+            "learned_context": None,
         },
     )
 
@@ -292,13 +299,59 @@ def with_special_cases(*parts: Ints1d) -> Ints1d:
 def segments(doc: Doc, text: str, context: str) -> List[Tuple[int, int]]:
     """The character spans of `doc` (whose text is `text`) that are encoded apart:
     the whole text, or with context "sentence" each sentence that is not blank (a
-    doc without sentence boundaries, or with only blank ones, is one span)."""
-    if context == "sentence" and doc.has_annotation("SENT_START"):
-        spans = [(s.start_char, s.end_char) for s in doc.sents]
-        spans = [(start, end) for start, end in spans if text[start:end].strip()]
+    doc without sentence boundaries, or with only blank ones, is one span). With
+    "sentences", the context "auto" learns from sentence-level training docs, a
+    doc without boundaries is cut by spaCy's rule-based sentencizer, as training
+    never showed the model several sentences at once."""
+    if context in ("sentence", "sentences"):
+        if doc.has_annotation("SENT_START"):
+            bounds = [(s.start_char, s.end_char) for s in doc.sents]
+        elif context == "sentences" and len(doc):
+            bounds = _rule_sentences(doc)
+        else:
+            bounds = []
+        spans = [(start, end) for start, end in bounds if text[start:end].strip()]
         if spans:
             return spans
     return [(0, len(text))]
+
+
+def effective_context(encoder: Model) -> str:
+    """The encoder's context setting, with "auto" resolved: "sentences" (read
+    sentences apart, cutting docs without boundaries by rule) when the training
+    docs were sentences, else "doc" (also before `learn_context` has run)."""
+    context = encoder.attrs.get("context", "doc")
+    if context != "auto":
+        return context
+    return "sentences" if encoder.attrs.get("learned_context") == "sentence" else "doc"
+
+
+def learn_context(encoder: Model, docs: Iterable[Doc]) -> None:
+    """With `context = "auto"`, remember whether the training docs are sentences:
+    at least SENTENCE_LEVEL_SHARE of them one sentence each (by their own
+    boundaries where they have them, else by spaCy's sentencizer)."""
+    if encoder.attrs.get("context") != "auto":
+        return
+    n_docs = n_single = 0
+    for doc in docs:
+        n_docs += 1
+        if doc.has_annotation("SENT_START"):
+            n_single += sum(1 for _ in doc.sents) <= 1
+        else:
+            n_single += len(_rule_sentences(doc)) <= 1
+    single = n_docs > 0 and n_single >= SENTENCE_LEVEL_SHARE * n_docs
+    encoder.attrs["learned_context"] = "sentence" if single else "doc"
+
+
+def _rule_sentences(doc: Doc) -> List[Tuple[int, int]]:
+    """The character spans of the sentences spaCy's rule-based sentencizer finds
+    in `doc`, which is not changed."""
+    from spacy.pipeline import Sentencizer
+
+    starts = Sentencizer().predict([doc])[0]
+    first = [i for i, start in enumerate(starts) if start] or [0]
+    ends = first[1:] + [len(doc)]
+    return [(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in zip(first, ends)]
 
 
 @dataclass
@@ -322,7 +375,7 @@ def segment_texts(
 ) -> Tuple[List[List[Tuple[int, int]]], List[str]]:
     """Each doc's character spans that are encoded apart (`segments`), and their
     texts, all docs' spans in order. Reads the Docs: runs on the main thread."""
-    context = encoder.attrs.get("context", "doc")
+    context = effective_context(encoder)
     # doc.text joins the tokens anew on every call: once per doc, on this hot path
     doc_texts = [doc.text for doc in docs]
     spans = [segments(doc, text, context) for doc, text in zip(docs, doc_texts)]

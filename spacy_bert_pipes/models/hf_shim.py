@@ -201,7 +201,7 @@ class HFShim(Shim):
         """What `predict` runs in on this device: predict_precision (or, unset,
         precision) with "auto" resolved."""
         setting = self.predict_precision or self.precision
-        return resolve_precision(setting, self.device)
+        return resolve_precision(setting, self.device, predicting=True)
 
     def length_multiple(self, is_train: bool) -> int:
         """The multiple a predict batch's length is rounded up to when long enough:

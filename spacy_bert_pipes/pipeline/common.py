@@ -5,12 +5,14 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
+from spacy.training import Example
 from spacy.util import minibatch
 from thinc.api import Model, Optimizer, set_dropout_rate
 
 from ..models.encoder import (
     TokenizedBatch,
     is_loaded,
+    learn_context,
     provide_tokens,
     segment_texts,
     tokenize_texts,
@@ -54,6 +56,12 @@ def load_encoder(
             f"spacy-bert-pipes.HFCheckpoint.v1, got {type(encoder_loader).__name__}"
         )
     encoder_loader.load_encoder(encoder)
+
+
+def learn_encoder_context(encoder: Model, examples: Iterable[Example]) -> None:
+    """Let an encoder with `context = "auto"` learn from the training docs whether
+    to read sentences apart (`models.encoder.learn_context`)."""
+    learn_context(encoder, (eg.reference for eg in examples))
 
 
 # Question answering data on Docs (see pipeline/qa.py and convert.py):

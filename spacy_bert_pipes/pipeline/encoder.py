@@ -11,7 +11,12 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
-from .common import ensure_encoding_extension, load_encoder, prefetching_pipe
+from .common import (
+    ensure_encoding_extension,
+    learn_encoder_context,
+    load_encoder,
+    prefetching_pipe,
+)
 from .settings import ConfiguredPipe
 
 DEFAULT_ENCODER_MODEL = """
@@ -21,7 +26,7 @@ max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
-predict_precision = "fp32"
+predict_precision = "auto"
 frozen_layers = 0
 hidden_layers = "last"
 """
@@ -178,6 +183,7 @@ class BertEncoderPipe(ConfiguredPipe):
         """
         validate_get_examples(get_examples, "BertEncoderPipe.initialize")
         load_encoder(self.model, encoder_loader, self.name)
+        learn_encoder_context(self.model, get_examples())
         self.model.initialize()
         width = self.model.get_dim("nO")
         for listener in self.listeners:

@@ -39,6 +39,7 @@ from ..models.tags import (
 from .common import (
     ensure_encoding_extension,
     head_pipe,
+    learn_encoder_context,
     load_encoder,
     own_encoder,
     train_step,
@@ -58,9 +59,10 @@ max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
-predict_precision = "fp32"
+predict_precision = "auto"
 frozen_layers = 0
 hidden_layers = "last"
+context = "auto"
 """
 DEFAULT_NER_CONFIG = Config().from_str(DEFAULT_NER_MODEL)["model"]
 
@@ -383,6 +385,7 @@ class BertEntityRecognizer(ConfiguredPipe):
         encoder = own_encoder(self.model)
         if encoder is not None:
             load_encoder(encoder, encoder_loader, self.name)
+            learn_encoder_context(encoder, get_examples())
         imported = encoder_loader.token_classifier() if encoder_loader is not None else None
         if imported is not None:
             imported_labels = self._imported_labels(imported)

@@ -36,7 +36,7 @@ max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
-predict_precision = "fp32"
+predict_precision = "auto"
 frozen_layers = 0
 hidden_layers = "last"
 """

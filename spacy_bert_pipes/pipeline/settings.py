@@ -17,8 +17,9 @@ from spacy.pipeline import TrainablePipe
 from thinc.api import Model
 
 # Model attributes that record what happened, not what was configured: the
-# checkpoint an encoder's weights were loaded from.
-LEARNED_ATTRS = frozenset({"source"})
+# checkpoint an encoder's weights were loaded from, and what `context = "auto"`
+# learned from the training docs.
+LEARNED_ATTRS = frozenset({"source", "learned_context"})
 
 
 @contextlib.contextmanager

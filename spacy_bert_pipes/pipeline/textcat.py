@@ -27,6 +27,7 @@ from ..models.loaders import ClassifierWeights, HFCheckpointLoader
 from .common import (
     ensure_encoding_extension,
     head_pipe,
+    learn_encoder_context,
     load_encoder,
     own_encoder,
     train_step,
@@ -48,7 +49,7 @@ max_length = 128
 stride = 32
 max_batch_tokens = 4096
 precision = "fp32"
-predict_precision = "fp32"
+predict_precision = "auto"
 frozen_layers = 0
 hidden_layers = "last"
 """
@@ -277,6 +278,7 @@ class BertTextCategorizer(ConfiguredPipe):
         encoder = own_encoder(self.model)
         if encoder is not None:
             load_encoder(encoder, encoder_loader, self.name)
+            learn_encoder_context(encoder, get_examples())
         imported = encoder_loader.sequence_classifier() if encoder_loader is not None else None
         if imported is not None:
             self._check_imported(imported, labels)

@@ -211,7 +211,7 @@ def test_window_edges_do_not_change_entities(tiny_bert: Path) -> None:
     a barely trained random model still reacts to what lies beyond, so the bar
     here is 95%. The 99% bar on real data is measured with the trained CoNLL
     model by bench/ner_windows.py."""
-    encoder = {"max_length": 64, "stride": 24, "max_batch_tokens": 1024}
+    encoder = {"max_length": 64, "stride": 24, "max_batch_tokens": 1024, "context": "doc"}
     nlp = trained(tiny_bert, model={"encoder": encoder})
     sentence = "john smith is in paris ."
     doc = nlp(" ".join([sentence] * 1000))
@@ -242,6 +242,46 @@ def test_sentence_context_gives_each_sentence_its_entities_alone(tiny_bert: Path
         offset += len(sent_doc.text) + 1
     assert expected
     assert set(ents(doc)) == expected
+
+
+def test_default_context_follows_sentence_level_training_docs(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    """With the factory's context = "auto", a model trained on one sentence per
+    doc reads a long doc without sentence boundaries sentence by sentence (cut by
+    spaCy's rule-based sentencizer): each sentence gets its entities alone, and
+    the saved pipeline keeps what was learned."""
+    encoder = {"max_length": 64, "stride": 24, "max_batch_tokens": 1024}
+    nlp = trained(tiny_bert, model={"encoder": encoder})
+    model_encoder = nlp.get_pipe("bert_ner").model.get_ref("encoder")
+    assert nlp.config["components"]["bert_ner"]["model"]["encoder"]["context"] == "auto"
+    assert model_encoder.attrs["learned_context"] == "sentence"
+    sentences = [NER_TEXTS[i % len(NER_TEXTS)][0] + " ." for i in range(60)]
+    expected = set()
+    offset = 0
+    for sent_doc in nlp.pipe(sentences):
+        expected |= {(s + offset, e + offset, label) for s, e, label in ents(sent_doc)}
+        offset += len(sent_doc.text) + 1
+    assert expected
+    long_doc = nlp(" ".join(sentences))
+    assert not long_doc.has_annotation("SENT_START")  # the doc itself is not changed
+    assert set(ents(long_doc)) == expected
+    nlp.to_disk(tmp_path / "ner")
+    loaded = spacy.load(tmp_path / "ner")
+    assert loaded.get_pipe("bert_ner").model.get_ref("encoder").attrs["learned_context"] == (
+        "sentence"
+    )
+    assert set(ents(loaded(" ".join(sentences)))) == expected
+
+
+def test_default_context_stays_doc_for_multi_sentence_training_docs(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    paragraphs = [
+        (f"{text} . what is my pin . hello world", ents) for text, ents in NER_TEXTS if ents
+    ]
+    nlp.initialize(lambda: ner_examples(nlp, paragraphs))
+    encoder = nlp.get_pipe("bert_ner").model.get_ref("encoder")
+    assert encoder.attrs["learned_context"] == "doc"
 
 
 def test_broken_training_data_is_named(tiny_bert: Path) -> None:
