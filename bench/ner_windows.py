@@ -1,14 +1,15 @@
 """Do window edges change bert_ner's entities? Long docs vs. their sentences.
 
     python bench/ner_windows.py PIPELINE [--words 5000] [--sentences none|gold|sentencizer]
-        [--context doc|sentence] [--output bench/results/ner_windows.json]
+        [--context doc|sentence|auto] [--limit N] [--output bench/results/ner_windows.json]
 
 CoNLL-2003 test sentences are joined, in order, into documents of at least
 `--words` words (each is split into many encoder windows). Every sentence is
 also annotated alone. The long documents get no sentence boundaries (like raw
 text), the sentences' own ones (`gold`), or spaCy's rule-based `sentencizer`'s;
 `--context` overrides the pipeline encoder's context (`doc`: windows over the
-whole text; `sentence`: each sentence encoded apart). An entity "agrees" when
+whole text; `sentence`: each sentence encoded apart; `auto`: as the training docs
+were, see docs/components.md). `--limit` keeps the first N sentences. An entity "agrees" when
 the long document has the same label at the same characters. Also checks that
 every entity's tokens carry a valid tag sequence (B/I with one label, never an
 orphan I).
@@ -71,9 +72,10 @@ def main(
         help="Sentence boundaries of the long documents: none, the CoNLL sentences' "
         "(gold), or spaCy's rule-based sentencizer's",
     ),
-    context: Optional[Literal["doc", "sentence"]] = typer.Option(
+    context: Optional[Literal["doc", "sentence", "auto"]] = typer.Option(
         None, help="Override the encoder's context (default: as the pipeline was trained)"
     ),
+    limit: int = typer.Option(0, help="Use only the first N sentences (0: all)"),
     data: Path = typer.Option(CONLL / "test.txt", help="CoNLL-2003 file"),
     output: Path = typer.Option(Path("bench/results/ner_windows.json"), help="JSON results"),
 ) -> None:
@@ -83,6 +85,8 @@ def main(
         encoder.attrs["context"] = context
     sentencizer = spacy.blank("en").add_pipe("sentencizer")
     sentences = list(read_conll_ner(data, nlp.vocab, n_sents=1))
+    if limit:
+        sentences = sentences[:limit]
     groups: List[List[Doc]] = [[]]
     for sentence in sentences:
         if sum(len(d) for d in groups[-1]) >= words:
@@ -117,9 +121,12 @@ def main(
     seconds_long = time.perf_counter() - start
     result = {
         "command": f"python bench/ner_windows.py {pipeline} --words {words} "
-        f"--sentences {sentences_from}" + (f" --context {context}" if context else ""),
+        f"--sentences {sentences_from}"
+        + (f" --context {context}" if context else "")
+        + (f" --limit {limit}" if limit else ""),
         "long_doc_sentences": sentences_from,
         "context": encoder.attrs.get("context", "doc"),
+        "learned_context": encoder.attrs.get("learned_context"),
         "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
         "pipeline": str(pipeline),
         "encoder_max_length": encoder.attrs.get("max_length"),
