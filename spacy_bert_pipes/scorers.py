@@ -17,10 +17,13 @@ def score_textcat(
     labels: Sequence[str],
     multi_label: bool,
     threshold: float = 0.5,
+    prefix: str = "cats",
 ) -> Dict[str, Any]:
     """spaCy's textcat scores (cats_score, cats_micro_f, cats_macro_f,
     cats_macro_auc, per-label P/R/F and AUC), plus `cats_accuracy` for exclusive
-    classes: the share of docs whose top label is the gold label.
+    classes: the share of docs whose top label is the gold label. `prefix`
+    replaces "cats" in the keys, so that two classifiers of one pipeline keep
+    their scores apart (`nlu_micro_f`, ...).
     """
     examples = list(examples)
     scores = Scorer.score_cats(
@@ -39,9 +42,15 @@ def score_textcat(
                 continue
             total += 1
             top_gold = max(gold, key=lambda k: gold[k])
-            top_pred = max(eg.predicted.cats, key=lambda k: eg.predicted.cats[k])
+            # other classifiers of the pipeline write their labels to doc.cats too
+            predicted = {k: v for k, v in eg.predicted.cats.items() if k in labels}
+            if not predicted:
+                continue
+            top_pred = max(predicted, key=lambda k: predicted[k])
             correct += int(top_gold == top_pred)
         scores["cats_accuracy"] = correct / total if total else None
+    if prefix != "cats":
+        scores = {prefix + key[len("cats") :]: value for key, value in scores.items()}
     return scores
 
 

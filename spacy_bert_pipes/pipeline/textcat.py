@@ -10,6 +10,7 @@ from typing import (
     Literal,
     Optional,
     Sequence,
+    Set,
     Tuple,
     Union,
     cast,
@@ -24,6 +25,7 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d
 
 from ..models.loaders import ClassifierWeights, HFCheckpointLoader
+from ..multitask import SOURCE_ATTR
 from .common import (
     ensure_encoding_extension,
     head_pipe,
@@ -65,6 +67,7 @@ ClassWeights = Optional[Union[Literal["balanced"], Dict[str, float]]]
         "model": DEFAULT_TEXTCAT_CONFIG,
         "threshold": 0.5,
         "class_weights": None,
+        "score_prefix": "cats",
         "scorer": {"@scorers": "spacy-bert-pipes.textcat_scorer.v1"},
     },
     default_score_weights={
@@ -87,6 +90,7 @@ def make_bert_textcat(
     model: Model[List[Doc], Floats2d],
     threshold: float,
     class_weights: ClassWeights,
+    score_prefix: str,
     scorer: Optional[Callable],
 ) -> "BertTextCategorizer":
     """Classify documents with a BERT encoder; writes probabilities to `doc.cats`.
@@ -98,10 +102,19 @@ def make_bert_textcat(
     class_weights (Optional[Union[str, Dict[str, float]]]): Loss weight per label for
         imbalanced data: a mapping, or "balanced" (n_docs / (n_labels * count), as in
         scikit-learn; for multi-label: n_negative / n_positive per label).
+    score_prefix (str): The scores' keys start with it ("cats": spaCy's textcat
+        keys, cats_score, cats_micro_f, ...); give a second classifier of the same
+        pipeline its own prefix so their scores stay apart.
     scorer (Optional[Callable]): Scoring function, spaCy's textcat keys.
     """
     return BertTextCategorizer(
-        nlp.vocab, model, name, threshold=threshold, class_weights=class_weights, scorer=scorer
+        nlp.vocab,
+        model,
+        name,
+        threshold=threshold,
+        class_weights=class_weights,
+        score_prefix=score_prefix,
+        scorer=scorer,
     )
 
 
@@ -121,6 +134,7 @@ class BertTextCategorizer(ConfiguredPipe):
         *,
         threshold: float = 0.5,
         class_weights: ClassWeights = None,
+        score_prefix: str = "cats",
         scorer: Optional[Callable] = None,
     ) -> None:
         ensure_encoding_extension()
@@ -132,6 +146,7 @@ class BertTextCategorizer(ConfiguredPipe):
             "labels": [],
             "threshold": threshold,
             "class_weights": class_weights,
+            "score_prefix": score_prefix,
             "label_counts": None,
         }
 
@@ -201,23 +216,32 @@ class BertTextCategorizer(ConfiguredPipe):
         )
 
     def _truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
-        """Gold labels (n_docs, n_labels) and a mask of the labels that are annotated."""
-        truths = numpy.zeros((len(examples), len(self.labels)), dtype="f")
-        known = numpy.ones((len(examples), len(self.labels)), dtype="f")
+        """Gold labels (n_docs, n_labels) and a mask of the labels that are annotated.
+
+        A doc whose `cats` hold none of this component's labels is not annotated
+        for it (e.g. a doc of another head's corpus in multi-task training): its
+        row is all unknown, never negative. A doc that does annotate them may not
+        hold labels this component does not know.
+        """
+        labels = self.labels
+        label_set = set(labels)
+        truths = numpy.zeros((len(examples), len(labels)), dtype="f")
+        known = numpy.zeros((len(examples), len(labels)), dtype="f")
         for i, eg in enumerate(examples):
             cats = eg.reference.cats
+            if not any(label in label_set for label in cats):
+                continue
             for label in cats:
-                if label not in self.cfg["labels"]:
+                if label not in label_set:
                     raise ValueError(
                         f"Example {i} of the batch has unknown label {label!r} for "
-                        f"'{self.name}' (known: {list(self.labels)[:10]}...). Add every label "
+                        f"'{self.name}' (known: {list(labels)[:10]}...). Add every label "
                         "to the training data or the initialize labels."
                     )
-            for j, label in enumerate(self.labels):
+            for j, label in enumerate(labels):
                 if label in cats:
                     truths[i, j] = cats[label]
-                else:
-                    known[i, j] = 0.0
+                    known[i, j] = 1.0
             if self.exclusive and known[i].all() and truths[i].sum() != 1.0:
                 raise ValueError(
                     f"Example {i} of the batch has {truths[i].sum():g} positive labels, but "
@@ -225,6 +249,10 @@ class BertTextCategorizer(ConfiguredPipe):
                     "(set exclusive_classes = false for multi-label data)"
                 )
         return truths, known
+
+    def annotates(self, example: Example) -> bool:
+        """Whether the reference doc holds any of this component's labels in `cats`."""
+        return any(label in example.reference.cats for label in self.labels)
 
     def get_loss(self, examples: Iterable[Example], scores: Floats2d) -> Tuple[float, Floats2d]:
         """Weighted cross-entropy (softmax) or binary cross-entropy (sigmoid).
@@ -285,8 +313,7 @@ class BertTextCategorizer(ConfiguredPipe):
             labels = imported.labels
         examples = list(get_examples())
         if labels is None:
-            found = {label for eg in examples for label in eg.reference.cats}
-            labels = sorted(found)
+            labels = sorted(self._labels_of_one_source(examples))
         self.cfg["labels"] = []
         for label in labels:
             self.add_label(label)
@@ -301,6 +328,24 @@ class BertTextCategorizer(ConfiguredPipe):
         self.model.initialize(Y=cast(Floats2d, numpy.zeros((1, len(self.labels)), dtype="f")))
         if imported is not None:
             self._set_imported_weights(imported)
+
+    def _labels_of_one_source(self, examples: List[Example]) -> Set[str]:
+        """Every label in the examples' `cats`, which must come from one corpus:
+        with several (multi-task training), which labels are this component's
+        cannot be told from the docs."""
+        by_source: Dict[Optional[str], Set[str]] = {}
+        for eg in examples:
+            if eg.reference.cats:
+                source = eg.reference._.get(SOURCE_ATTR)
+                by_source.setdefault(source, set()).update(eg.reference.cats)
+        if len(by_source) > 1:
+            sources = ", ".join(sorted(str(source) for source in by_source))
+            raise ValueError(
+                f"'{self.name}' found doc.cats in the docs of several corpora ({sources}): "
+                f"list its labels in [initialize.components.{self.name}.labels] (or read "
+                "them with spacy.read_labels.v1), so that it learns only its own"
+            )
+        return set().union(*by_source.values())
 
     def _check_imported(self, imported: ClassifierWeights, labels: Optional[Iterable[str]]) -> None:
         if imported.exclusive != self.exclusive:
@@ -383,12 +428,15 @@ class BertTextCategorizer(ConfiguredPipe):
 
     # --- scoring ------------------------------------------------------------------
     def score(self, examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+        """Scores over the examples that annotate this component's labels (its own
+        corpus when several are mixed), keyed `{score_prefix}_score`, ..."""
         validate_examples(examples, "BertTextCategorizer.score")
         if self.scorer is None:
             return {}
         return self.scorer(
-            examples,
+            [eg for eg in examples if self.annotates(eg)],
             labels=self.labels,
             multi_label=not self.exclusive,
             threshold=self.cfg["threshold"],
+            prefix=self.cfg["score_prefix"],
         )
