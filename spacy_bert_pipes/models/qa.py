@@ -303,6 +303,13 @@ def _plan_windows(model: Model, encoder: Model, queries: List[QAQuery]) -> _Wind
     all_questions = [text for q in queries for text in q.questions]
     distinct = list(dict.fromkeys(all_questions))
     question_pieces = tokenize(encoder, distinct)
+    for text, pieces in zip(distinct, question_pieces):
+        if len(pieces.ids) == 0:
+            doc = next(i for i, q in enumerate(queries) if text in q.questions)
+            raise ValueError(
+                f"Doc {doc} of the batch: the question {text!r} has no wordpieces (the "
+                "encoder's tokenizer drops all its characters)"
+            )
     which = {text: i for i, text in enumerate(distinct)}
     pair_text = numpy.asarray([which[text] for text in all_questions], dtype="int64")
     questions_per_doc = [len(q.questions) for q in queries]

@@ -1,5 +1,6 @@
 """`bert_qa`: extractive span question answering, BERT's SQuAD recipe inside spaCy."""
 
+import unicodedata
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import numpy
@@ -255,7 +256,8 @@ class BertQuestionAnswerer(ConfiguredPipe):
                 list(asked.items())[:n_asked], doc_scores.truncated
             ):
                 ranked = merged[pair]
-                if impossible:
+                if impossible or not ranked:
+                    # no span when the doc has no wordpieces: only the null answer
                     ranked.append(["", None, None, null_scores[pair]])
                 ranked.sort(key=lambda a: -a[3])
                 for rank, (text, start, end, score) in enumerate(ranked[:top_k]):
@@ -484,6 +486,20 @@ def _check_question(key: Any, text: Any, where: str) -> None:
         raise ValueError(f"{where}: question keys must be non-empty strings, got {key!r}")
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{where}: the question for {key!r} is empty")
+    # BERT's normalizer drops control and format characters (NUL, U+200B) and
+    # U+FFFD, splits on whitespace and, uncased, strips accents (Mn): a question
+    # of only these has no wordpieces (checked against the default encoder's
+    # tokenizer on every code point; models/qa.py catches what Unicode versions
+    # disagree on)
+    dropped = ("Cc", "Cf", "Co", "Cs", "Zs", "Mn")
+    if all(
+        char.isspace() or char == "\ufffd" or unicodedata.category(char) in dropped
+        for char in unicodedata.normalize("NFD", text)
+    ):
+        raise ValueError(
+            f"{where}: the question for {key!r} is empty to the tokenizer, which drops "
+            f"control and format characters and combining marks: {text!r}"
+        )
 
 
 def _no_questions(doc: Doc) -> DocQAScores:

@@ -267,3 +267,53 @@ def test_evaluate_asks_the_reference_questions(trained_nlp: Language) -> None:
         assert eg.predicted._.questions is None
     scores = trained_nlp.evaluate(examples)
     assert scores["qa_f1"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("question", ["\u200b", "\x00\x00", " \u200b\u2060\x07 ", "\u0301"])
+def test_question_without_wordpieces_is_a_clear_error(
+    trained_nlp: Language, tiny_bert: Path, question: str
+) -> None:
+    """Characters the tokenizer drops (zero-width spaces, NUL, control characters,
+    lone combining marks) are no question: answered, it would be [CLS] [SEP]
+    context, as if nothing had been asked."""
+    from spacy_bert_pipes.models.encoder import tokenize
+    from spacy_bert_pipes.models.qa import QAQuery
+    from spacy_bert_pipes.pipeline.common import own_encoder
+
+    qa = trained_nlp.get_pipe("bert_qa")
+    encoder = own_encoder(qa.model)
+    assert encoder is not None and len(tokenize(encoder, [question])[0].ids) == 0
+    doc = trained_nlp.make_doc("john smith is in paris")
+    doc._.questions = {"ghost": question}
+    with pytest.raises(ValueError, match="doc 0: the question for 'ghost' is empty to the"):
+        trained_nlp(doc)
+    with pytest.raises(Exception, match=r"questions\]: the question for 'x' is empty to the"):
+        make_nlp(tiny_bert, questions={"x": question})
+    # past the component's check, the model refuses it too
+    with pytest.raises(ValueError, match="Doc 0 of the batch: .* has no wordpieces"):
+        qa.model.predict([QAQuery(trained_nlp.make_doc("paris"), [question])])
+    # inside a question, such characters are harmless
+    doc = trained_nlp.make_doc("john smith is in paris")
+    doc._.questions = {"who": f"who{question}is it ?"}
+    assert {a["key"] for a in trained_nlp(doc)._.answers} == set(QUESTIONS)
+
+
+@pytest.mark.parametrize("impossible", [False, True])
+def test_doc_without_wordpieces_gets_null_answers(tiny_bert: Path, impossible: bool) -> None:
+    """A doc with nothing to answer from gets the null answer to each question,
+    whether or not handle_impossible_answer allows it elsewhere."""
+    nlp = make_nlp(tiny_bert, questions=QUESTIONS, top_k=2, handle_impossible_answer=impossible)
+    nlp.initialize(lambda: qa_examples(nlp))
+    texts = ["", "john smith is in paris", "  \n ", "\u200b\x00"]
+    docs = list(nlp.pipe(texts, batch_size=4))
+    for doc in (docs[0], docs[2], docs[3]):
+        assert [(a["key"], a["text"], a["start"], a["end"], a["rank"]) for a in doc._.answers] == [
+            ("who", "", None, None, 0),
+            ("where", "", None, None, 0),
+        ]
+        assert [a["score"] for a in doc._.answers] == pytest.approx([1.0, 1.0])
+        assert len(doc.spans["answers"]) == 0
+    answered = docs[1]._.answers
+    assert [a["key"] for a in answered] == ["who", "who", "where", "where"]
+    if not impossible:
+        assert all(a["start"] is not None for a in answered)
