@@ -14,6 +14,7 @@ from thinc.types import Floats2d, Ints1d, Ints2d
 from ..models.loaders import HFCheckpointLoader
 from ..models.qa import DocQAScores, QABatch, QAQuery
 from ..models.qa_decode import answer_chars, decode_batch, softmax, window_targets
+from ..models.slots import is_slot_model, set_questions
 from ..scorers import answers_of
 from .common import (
     ensure_encoding_extension,
@@ -435,6 +436,13 @@ class BertQuestionAnswerer(ConfiguredPipe):
         """
         validate_get_examples(get_examples, "BertQuestionAnswerer.initialize")
         encoder = own_encoder(self.model)
+        if is_slot_model(self.model):
+            # the fixed questions, answered from the doc's own (maybe shared) encoding
+            set_questions(self.model, list(dict.fromkeys(self.cfg["questions"].values())))
+            if encoder is not None:
+                load_encoder(encoder, encoder_loader, self.name)
+            self.model.initialize()
+            return
         if encoder is None:
             raise ValueError(
                 f"'{self.name}' needs its own encoder: question/context pairs cannot reuse "

@@ -17,9 +17,9 @@ from spacy.pipeline import TrainablePipe
 from thinc.api import Model
 
 # Model attributes that record what happened, not what was configured: the
-# checkpoint an encoder's weights were loaded from, and what `context = "auto"`
-# learned from the training docs.
-LEARNED_ATTRS = frozenset({"source", "learned_context"})
+# checkpoint an encoder's weights were loaded from, what `context = "auto"`
+# learned from the training docs, and the questions a SlotQAModel's rows answer.
+LEARNED_ATTRS = frozenset({"source", "learned_context", "slot_questions"})
 
 
 @contextlib.contextmanager
