@@ -3,8 +3,9 @@
     python bench/ner_windows.py PIPELINE [--words 5000] [--sentences none|gold|sentencizer]
         [--context doc|sentence|auto] [--limit N] [--output bench/results/ner_windows.json]
 
-CoNLL-2003 test sentences are joined, in order, into documents of at least
-`--words` words (each is split into many encoder windows). Every sentence is
+CoNLL-2003 test sentences are joined, in order, by a space (or `--joiner newline`,
+a line break) into documents of at least `--words` words (each is split into many
+encoder windows). Every sentence is
 also annotated alone. The long documents get no sentence boundaries (like raw
 text), the sentences' own ones (`gold`), or spaCy's rule-based `sentencizer`'s;
 `--context` overrides the pipeline encoder's context (`doc`: windows over the
@@ -31,19 +32,28 @@ CONLL = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "co
 Entity = Tuple[int, int, str]
 
 
-def join(docs: List[Doc], vocab: spacy.vocab.Vocab, keep_sentences: bool) -> Tuple[Doc, List[int]]:
-    """One doc made of several, with the character offset of each part. Without
-    `keep_sentences` it has no sentence boundaries, like raw text."""
+def join(
+    docs: List[Doc], vocab: spacy.vocab.Vocab, keep_sentences: bool, joiner: str = " "
+) -> Tuple[Doc, List[int]]:
+    """One doc made of several, with the character offset of each part, joined by
+    a space or a line break. Without `keep_sentences` it has no sentence
+    boundaries, like raw text."""
     words: List[str] = []
+    spaces: List[bool] = []
     starts: List[bool] = []
     offsets = []
     position = 0
-    for doc in docs:
+    for i, doc in enumerate(docs):
+        if i and joiner == "\n":  # a line break is a token of its own in spaCy
+            words.append("\n")
+            spaces.append(False)
+            starts.append(False)
         offsets.append(position)
         words.extend(t.text for t in doc)
+        spaces.extend([True] * (len(doc) - 1) + [joiner == " "])
         starts.extend([True] + [False] * (len(doc) - 1))
         position += len(doc.text) + 1
-    spaces = [True] * (len(words) - 1) + [False]
+    spaces[-1] = False
     if keep_sentences:
         return Doc(vocab, words=words, spaces=spaces, sent_starts=starts), offsets
     return Doc(vocab, words=words, spaces=spaces), offsets
@@ -76,6 +86,9 @@ def main(
         None, help="Override the encoder's context (default: as the pipeline was trained)"
     ),
     limit: int = typer.Option(0, help="Use only the first N sentences (0: all)"),
+    joiner: Literal["space", "newline"] = typer.Option(
+        "space", help="What joins the sentences of a long document"
+    ),
     data: Path = typer.Option(CONLL / "test.txt", help="CoNLL-2003 file"),
     output: Path = typer.Option(Path("bench/results/ner_windows.json"), help="JSON results"),
 ) -> None:
@@ -101,7 +114,8 @@ def main(
     start = time.perf_counter()
     per_doc = []
     for group in groups:
-        long_doc, offsets = join(group, nlp.vocab, sentences_from == "gold")
+        separator = "\n" if joiner == "newline" else " "
+        long_doc, offsets = join(group, nlp.vocab, sentences_from == "gold", separator)
         if sentences_from == "sentencizer":
             long_doc = sentencizer(long_doc)
         long_doc = nlp(long_doc)
@@ -123,8 +137,10 @@ def main(
         "command": f"python bench/ner_windows.py {pipeline} --words {words} "
         f"--sentences {sentences_from}"
         + (f" --context {context}" if context else "")
-        + (f" --limit {limit}" if limit else ""),
+        + (f" --limit {limit}" if limit else "")
+        + (f" --joiner {joiner}" if joiner != "space" else ""),
         "long_doc_sentences": sentences_from,
+        "joiner": joiner,
         "context": encoder.attrs.get("context", "doc"),
         "learned_context": encoder.attrs.get("learned_context"),
         "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",

@@ -344,14 +344,23 @@ def learn_context(encoder: Model, docs: Iterable[Doc]) -> None:
 
 
 def _rule_sentences(doc: Doc) -> List[Tuple[int, int]]:
-    """The character spans of the sentences spaCy's rule-based sentencizer finds
-    in `doc`, which is not changed."""
+    """The character spans of the sentences in `doc` (which is not changed): spaCy's
+    rule-based sentencizer's, also cut at line breaks (headlines, datelines and
+    table rows stand on lines of their own and often end without punctuation)."""
     from spacy.pipeline import Sentencizer
 
     starts = Sentencizer().predict([doc])[0]
+    for token in doc:
+        if token.is_space and "\n" in token.text and token.i + 1 < len(doc):
+            starts[token.i + 1] = True
     first = [i for i, start in enumerate(starts) if start] or [0]
-    ends = first[1:] + [len(doc)]
-    return [(doc[a].idx, doc[b - 1].idx + len(doc[b - 1])) for a, b in zip(first, ends)]
+    spans = []
+    for a, b in zip(first, first[1:] + [len(doc)]):
+        last = b - 1
+        while last > a and doc[last].is_space:  # the line break ends, not joins
+            last -= 1
+        spans.append((doc[a].idx, doc[last].idx + len(doc[last])))
+    return spans
 
 
 @dataclass

@@ -1,0 +1,62 @@
+"""`context = "auto"`: what the encoder learns from the training docs, and how it
+cuts a doc into the spans it encodes apart (`models/encoder.py`)."""
+
+import spacy
+from spacy.tokens import Doc
+
+from spacy_bert_pipes.models.encoder import (
+    BertEncoderV2,
+    effective_context,
+    learn_context,
+    segments,
+)
+
+nlp = spacy.blank("en")
+
+
+def texts_of(doc: Doc, context: str) -> list:
+    return [doc.text[start:end] for start, end in segments(doc, doc.text, context)]
+
+
+def test_sentence_level_training_docs_make_auto_read_sentences() -> None:
+    encoder = BertEncoderV2(context="auto")
+    assert effective_context(encoder) == "doc"  # nothing learned yet
+    learn_context(encoder, [nlp("John lives in Paris ."), nlp("ROME 1996-12-06")] * 5)
+    assert encoder.attrs["learned_context"] == "sentence"
+    assert effective_context(encoder) == "sentences"
+
+
+def test_multi_sentence_training_docs_keep_auto_on_the_doc() -> None:
+    encoder = BertEncoderV2(context="auto")
+    learn_context(encoder, [nlp("John lives in Paris. He likes it.")] * 5 + [nlp("Hi")])
+    assert encoder.attrs["learned_context"] == "doc"
+    assert effective_context(encoder) == "doc"
+
+
+def test_own_sentence_boundaries_decide_when_a_doc_has_them() -> None:
+    encoder = BertEncoderV2(context="auto")
+    doc = Doc(nlp.vocab, words=["a", ".", "b", "."], sent_starts=[True, False, False, False])
+    learn_context(encoder, [doc] * 3)
+    assert encoder.attrs["learned_context"] == "sentence"
+
+
+def test_explicit_contexts_learn_nothing() -> None:
+    encoder = BertEncoderV2(context="sentence")
+    learn_context(encoder, [nlp("John lives in Paris .")])
+    assert encoder.attrs["learned_context"] is None
+    assert effective_context(encoder) == "sentence"
+
+
+def test_sentences_without_boundaries_are_cut_by_rule_and_at_line_breaks() -> None:
+    doc = nlp("SOCCER - JAPAN WIN .\nAL-AIN 1996-12-06\nJapan began well . It won .")
+    assert not doc.has_annotation("SENT_START")
+    assert texts_of(doc, "sentences") == [
+        "SOCCER - JAPAN WIN .",
+        "AL-AIN 1996-12-06",
+        "Japan began well .",
+        "It won .",
+    ]
+    # an explicit "sentence" context reads a doc without boundaries whole
+    assert texts_of(doc, "sentence") == [doc.text]
+    assert texts_of(doc, "doc") == [doc.text]
+    assert texts_of(nlp(""), "sentences") == [""]
