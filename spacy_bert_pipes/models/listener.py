@@ -22,8 +22,14 @@ class EncoderListener(Model):
 
     name = "bert_encoder_listener"
 
-    def __init__(self, upstream_name: str) -> None:
-        Model.__init__(self, name=self.name, forward=_listener_forward, dims={"nO": None})
+    def __init__(self, upstream_name: str, grad_factor: float = 1.0) -> None:
+        Model.__init__(
+            self,
+            name=self.name,
+            forward=_listener_forward,
+            dims={"nO": None},
+            attrs={"grad_factor": grad_factor},
+        )
         self.upstream_name = upstream_name
         self._batch_id: Optional[int] = None
         self._outputs: Optional[List[DocEncoding]] = None
@@ -72,7 +78,15 @@ def _listener_forward(
     if is_train:
         model.verify_inputs(docs)
         assert model._outputs is not None and model._backprop is not None
-        return model._outputs, model._backprop
+        factor = float(model.attrs.get("grad_factor", 1.0))
+        if factor == 1.0:
+            return model._outputs, model._backprop
+        backprop = model._backprop
+
+        def scaled(grads: List[DocEncodingGrad]) -> List[Doc]:
+            return backprop([_scaled(grad, factor) for grad in grads])
+
+        return model._outputs, scaled
     outputs = []
     for i, doc in enumerate(docs):
         encoding = doc._.get(ENCODING_ATTR) if Doc.has_extension(ENCODING_ATTR) else None
@@ -87,9 +101,30 @@ def _listener_forward(
 
 @registry.architectures("spacy-bert-pipes.EncoderListener.v1")
 def make_encoder_listener(upstream: str = "*") -> Model[List[Doc], List[DocEncoding]]:
+    """EncoderListener.v2 with grad_factor 1.0."""
+    return EncoderListener(upstream_name=upstream)
+
+
+@registry.architectures("spacy-bert-pipes.EncoderListener.v2")
+def make_encoder_listener_v2(
+    upstream: str = "*", grad_factor: float = 1.0
+) -> Model[List[Doc], List[DocEncoding]]:
     """Read encoder outputs from an upstream `bert_encoder` component.
 
     upstream (str): The name of the upstream component, or "*" for the first
         `bert_encoder` before this component.
+    grad_factor (float): The weight of this head's loss in what the shared encoder
+        learns (its gradients are scaled by it): in multi-task training, a head
+        that should pull the encoder less gets less than 1.0; 0.0 trains the
+        head on the encoder as it is.
     """
-    return EncoderListener(upstream_name=upstream)
+    if grad_factor < 0:
+        raise ValueError(f"grad_factor must be >= 0, got {grad_factor}")
+    return EncoderListener(upstream_name=upstream, grad_factor=grad_factor)
+
+
+def _scaled(grad: DocEncodingGrad, factor: float) -> DocEncodingGrad:
+    return DocEncodingGrad(
+        d_cls=None if grad.d_cls is None else grad.d_cls * factor,
+        d_wordpieces=None if grad.d_wordpieces is None else grad.d_wordpieces * factor,
+    )
