@@ -80,7 +80,7 @@ def main(
                     "training.eval_frequency": max_steps,
                     "training.optimizer.learn_rate.warmup_steps": max_steps // 10,
                     "training.optimizer.learn_rate.initial_rate": learn_rate,
-                    "training.logger.progress_bar": False,
+                    "training.logger.progress_bar": None,
                 }
                 start = time.perf_counter()
                 spacy_train(config, out, overrides=overrides)

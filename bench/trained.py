@@ -112,7 +112,7 @@ def head_config(kind: str, steps: int, out: Path) -> Path:
     training = config["training"]
     training["max_steps"] = steps
     training["eval_frequency"] = steps  # the test sets score it afterwards
-    training["logger"]["progress_bar"] = False
+    training["logger"]["progress_bar"] = None  # ConsoleLogger.v3: no bar
     rate = training["optimizer"]["learn_rate"]
     rate["warmup_steps"] = max(1, steps // 10)
     rate["initial_rate"] = 0.001
