@@ -51,6 +51,12 @@ def test_config_builds_and_initializes(path: Path, tiny_bert: Path) -> None:
         qa_model.update({"max_seq_len": 64, "doc_stride": 16, "max_question_len": 16})
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
     is_ner = "bert_ner" in nlp.pipe_names
+    if "slots" in nlp.pipe_names:  # multitask.cfg: every head on one shared encoder
+        nlp.initialize(lambda: ner_examples(nlp) + textcat_examples(nlp))
+        doc = nlp("john smith says my card still not arrived in paris")
+        assert doc.cats and doc.has_vector
+        assert {a["key"] for a in doc._.answers} == set(nlp.get_pipe("slots").cfg["questions"])
+        return
     if "bert_qa" in nlp.pipe_names:
         nlp.initialize(lambda: qa_examples(nlp))
         doc = nlp.make_doc("john smith is in paris")

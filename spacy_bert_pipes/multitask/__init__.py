@@ -3,8 +3,11 @@
 corpus.py      MultiCorpus, the reader `spacy-bert-pipes.MultiCorpus.v1`: several
                `.spacy` sources interleaved by size ** alpha, each doc tagged with
                its source in `doc._.bert_pipes_source`
+labels.py      `spacy-bert-pipes.corpus_labels.v1`: the labels of one corpus, for
+               a head's [initialize] when its docs are mixed with others'
 """
 
 from .corpus import SOURCE_ATTR, MultiCorpus, create_multi_corpus_reader
+from .labels import corpus_labels
 
-__all__ = ["SOURCE_ATTR", "MultiCorpus", "create_multi_corpus_reader"]
+__all__ = ["SOURCE_ATTR", "MultiCorpus", "corpus_labels", "create_multi_corpus_reader"]

@@ -91,9 +91,6 @@ class MultiCorpus:
         weights = dict(weights or {})
         if not sources:
             raise ValueError(f"{READER}: sources is empty: name at least one .spacy source")
-        for name, path in sources.items():
-            if not Path(path).exists():
-                raise ValueError(f"{READER}: sources.{name} = {path!r}: no such file or folder")
         if alpha < 0:
             raise ValueError(f"{READER}: alpha = {alpha!r}: it must be 0 or more")
         for name, weight in weights.items():
@@ -107,6 +104,7 @@ class MultiCorpus:
         self.sources = {
             name: Corpus(path, max_length=max_length, limit=limit) for name, path in sources.items()
         }
+        self.paths = dict(sources)
         self.alpha = alpha
         self.weights = weights
         self.shuffle = shuffle
@@ -120,6 +118,11 @@ class MultiCorpus:
         nlp (Language): The current nlp object.
         YIELDS (Example): The examples, each doc with its source in `doc._.bert_pipes_source`.
         """
+        # checked when read, not when the config is resolved (as spacy.Corpus.v1),
+        # so that `spacy debug config` runs before the corpora are made
+        for name, path in self.paths.items():
+            if not Path(path).exists():
+                raise ValueError(f"{READER}: sources.{name} = {path!r}: no such file or folder")
         if not self.shuffle:
             for name, corpus in self.sources.items():
                 n_read = 0

@@ -202,7 +202,6 @@ def test_limit_and_max_length_apply_per_source(corpora: Dict[str, str], nlp: Lan
     "settings,message",
     [
         ({"sources": {}}, r"sources is empty"),
-        ({"sources": {"X": "nowhere/x.spacy"}}, r"sources\.X = 'nowhere/x\.spacy': no such file"),
         ({"alpha": -0.5}, r"alpha = -0\.5: it must be 0 or more"),
         ({"weights": {"D": 1.0}}, r"weights\.D: no source 'D' \(sources: A, B\)"),
         ({"weights": {"B": -1.0}}, r"weights\.B = -1\.0: it must be 0 or more"),
@@ -213,6 +212,17 @@ def test_bad_settings_are_named(corpora: Dict[str, str], settings: dict, message
     settings = {"sources": {"A": corpora["A"], "B": corpora["B"]}, **settings}
     with pytest.raises(ValueError, match=rf"^{READER}: {message}"):
         registry.readers.get(READER)(**settings)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_missing_source_is_named_when_read(
+    corpora: Dict[str, str], nlp: Language, shuffle: bool
+) -> None:
+    """Not when the config is resolved: `spacy debug config` runs before the
+    corpora exist, as with spacy.Corpus.v1."""
+    corpus = MultiCorpus({"A": corpora["A"], "X": "nowhere/x.spacy"}, shuffle=shuffle)
+    with pytest.raises(ValueError, match=r"sources\.X = 'nowhere/x\.spacy': no such file"):
+        read(corpus, nlp)
 
 
 @pytest.mark.filterwarnings("ignore:\\[W090\\]")  # spaCy's: no .spacy files in the folder
