@@ -3,7 +3,7 @@
 Forward pass, in order:
 1. tokenize each doc's text once with the fast tokenizer (character offsets kept),
    or with `context = "sentence"` each of its sentences apart (`context = "auto"`:
-   as the training docs were, see `learn_context`);
+   as the training docs were, see `segments.py`);
 2. split long texts (sentences) into overlapping windows, laid out end to end
    (`window_layout.layout_windows`, `windows.plan_windows`);
 3. pack the windows of all docs into length-sorted batches under a padded-token
@@ -20,7 +20,6 @@ from typing import (
     Any,
     Callable,
     Dict,
-    Iterable,
     List,
     Literal,
     Optional,
@@ -38,17 +37,13 @@ from thinc.types import Floats2d, Floats3d, Ints1d, Ints2d
 
 from .casing import NO_CASE, piece_cases
 from .oom import run_batch
+from .segments import CONTEXTS, effective_context, segments
 from .types import BatchSlice, DocEncoding, DocEncodingGrad, Precision
 from .window_layout import layout_windows
 from .windows import copy_rows, pack_batches, segment_sums
 
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
-
-CONTEXTS = ("doc", "sentence", "auto")
-# `context = "auto"` reads sentences apart when at least this share of the training
-# docs are one sentence each (by their own boundaries, or else spaCy's sentencizer).
-SENTENCE_LEVEL_SHARE = 0.9
 
 
 @dataclass
@@ -294,73 +289,6 @@ def with_special_cases(*parts: Ints1d) -> Ints1d:
     for part in parts:
         pieces.extend([part, [NO_CASE]])
     return cast(Ints1d, numpy.concatenate(pieces).astype("i"))
-
-
-def segments(doc: Doc, text: str, context: str) -> List[Tuple[int, int]]:
-    """The character spans of `doc` (whose text is `text`) that are encoded apart:
-    the whole text, or with context "sentence" each sentence that is not blank (a
-    doc without sentence boundaries, or with only blank ones, is one span). With
-    "sentences", the context "auto" learns from sentence-level training docs, a
-    doc without boundaries is cut by spaCy's rule-based sentencizer, as training
-    never showed the model several sentences at once."""
-    if context in ("sentence", "sentences"):
-        if doc.has_annotation("SENT_START"):
-            bounds = [(s.start_char, s.end_char) for s in doc.sents]
-        elif context == "sentences" and len(doc):
-            bounds = _rule_sentences(doc)
-        else:
-            bounds = []
-        spans = [(start, end) for start, end in bounds if text[start:end].strip()]
-        if spans:
-            return spans
-    return [(0, len(text))]
-
-
-def effective_context(encoder: Model) -> str:
-    """The encoder's context setting, with "auto" resolved: "sentences" (read
-    sentences apart, cutting docs without boundaries by rule) when the training
-    docs were sentences, else "doc" (also before `learn_context` has run)."""
-    context = encoder.attrs.get("context", "doc")
-    if context != "auto":
-        return context
-    return "sentences" if encoder.attrs.get("learned_context") == "sentence" else "doc"
-
-
-def learn_context(encoder: Model, docs: Iterable[Doc]) -> None:
-    """With `context = "auto"`, remember whether the training docs are sentences:
-    at least SENTENCE_LEVEL_SHARE of them one sentence each (by their own
-    boundaries where they have them, else by spaCy's sentencizer)."""
-    if encoder.attrs.get("context") != "auto":
-        return
-    n_docs = n_single = 0
-    for doc in docs:
-        n_docs += 1
-        if doc.has_annotation("SENT_START"):
-            n_single += sum(1 for _ in doc.sents) <= 1
-        else:
-            n_single += len(_rule_sentences(doc)) <= 1
-    single = n_docs > 0 and n_single >= SENTENCE_LEVEL_SHARE * n_docs
-    encoder.attrs["learned_context"] = "sentence" if single else "doc"
-
-
-def _rule_sentences(doc: Doc) -> List[Tuple[int, int]]:
-    """The character spans of the sentences in `doc` (which is not changed): spaCy's
-    rule-based sentencizer's, also cut at line breaks (headlines, datelines and
-    table rows stand on lines of their own and often end without punctuation)."""
-    from spacy.pipeline import Sentencizer
-
-    starts = Sentencizer().predict([doc])[0]
-    for token in doc:
-        if token.is_space and "\n" in token.text and token.i + 1 < len(doc):
-            starts[token.i + 1] = True
-    first = [i for i, start in enumerate(starts) if start] or [0]
-    spans = []
-    for a, b in zip(first, first[1:] + [len(doc)]):
-        last = b - 1
-        while last > a and doc[last].is_space:  # the line break ends, not joins
-            last -= 1
-        spans.append((doc[a].idx, doc[last].idx + len(doc[last])))
-    return spans
 
 
 @dataclass

@@ -12,13 +12,13 @@ from thinc.api import Model, Optimizer, set_dropout_rate
 from ..models.encoder import (
     TokenizedBatch,
     is_loaded,
-    learn_context,
     provide_tokens,
     segment_texts,
     tokenize_texts,
 )
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
+from ..models.segments import learn_context
 from ..models.trf import is_trf_encoder
 
 
@@ -60,7 +60,7 @@ def load_encoder(
 
 def learn_encoder_context(encoder: Model, examples: Iterable[Example]) -> None:
     """Let an encoder with `context = "auto"` learn from the training docs whether
-    to read sentences apart (`models.encoder.learn_context`)."""
+    to read sentences apart (`models.segments.learn_context`)."""
     learn_context(encoder, (eg.reference for eg in examples))
 
 

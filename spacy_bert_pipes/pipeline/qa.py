@@ -1,6 +1,5 @@
 """`bert_qa`: extractive span question answering, BERT's SQuAD recipe inside spaCy."""
 
-import unicodedata
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import numpy
@@ -23,6 +22,7 @@ from .common import (
     own_encoder,
     train_step,
 )
+from .questions import asked_questions, check_question
 from .settings import ConfiguredPipe
 
 DEFAULT_QA_MODEL = """
@@ -140,7 +140,7 @@ class BertQuestionAnswerer(ConfiguredPipe):
         ensure_qa_extensions()
         questions = dict(questions or {})
         for key, text in questions.items():
-            _check_question(key, text, f"[components.{name}.questions]")
+            check_question(key, text, f"[components.{name}.questions]")
         if max_answer_len < 1 or top_k < 1:
             raise ValueError(f"max_answer_len and top_k must be >= 1: {max_answer_len}, {top_k}")
         self.vocab = vocab
@@ -175,27 +175,7 @@ class BertQuestionAnswerer(ConfiguredPipe):
         """The questions asked of a doc: the fixed ones, then those of its
         `nlp.pipe(..., as_tuples=True)` context (`{"questions": {key: question}}`),
         then `doc._.questions` (a later source overrides the same key)."""
-        asked = dict(self.cfg["questions"])
-        context = getattr(doc, "_context", None)
-        sources = [
-            (
-                "the questions of the nlp.pipe context",
-                context.get("questions") if isinstance(context, dict) else None,
-            ),
-            ("doc._.questions", doc._.get("questions")),
-        ]
-        for where, own in sources:
-            if not own:
-                continue
-            if not isinstance(own, dict):
-                raise ValueError(
-                    f"Doc {index}: {where} must be a dict {{key: question}}, "
-                    f"got {type(own).__name__}"
-                )
-            for key, text in own.items():
-                _check_question(key, text, f"{where} of doc {index}")
-                asked[key] = text
-        return asked
+        return asked_questions(self.cfg["questions"], doc, index)
 
     # --- predict / annotate -----------------------------------------------------
     def predict(self, docs: Iterable[Doc]) -> List[DocQAScores]:
@@ -487,27 +467,6 @@ def _unanswered(eg: Example, component: str) -> bool:
     gold = eg.reference._.get("gold_answers") or {}
     answered = {a["key"] for a in answers_of(eg.predicted._.get("answers") or [], component)}
     return bool(set(gold) - answered)
-
-
-def _check_question(key: Any, text: Any, where: str) -> None:
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"{where}: question keys must be non-empty strings, got {key!r}")
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{where}: the question for {key!r} is empty")
-    # BERT's normalizer drops control and format characters (NUL, U+200B) and
-    # U+FFFD, splits on whitespace and, uncased, strips accents (Mn): a question
-    # of only these has no wordpieces (checked against the default encoder's
-    # tokenizer on every code point; models/qa.py catches what Unicode versions
-    # disagree on)
-    dropped = ("Cc", "Cf", "Co", "Cs", "Zs", "Mn")
-    if all(
-        char.isspace() or char == "\ufffd" or unicodedata.category(char) in dropped
-        for char in unicodedata.normalize("NFD", text)
-    ):
-        raise ValueError(
-            f"{where}: the question for {key!r} is empty to the tokenizer, which drops "
-            f"control and format characters and combining marks: {text!r}"
-        )
 
 
 def _no_questions(doc: Doc) -> DocQAScores:

@@ -1,15 +1,11 @@
 """`context = "auto"`: what the encoder learns from the training docs, and how it
-cuts a doc into the spans it encodes apart (`models/encoder.py`)."""
+cuts a doc into the spans it encodes apart (`models/segments.py`)."""
 
 import spacy
 from spacy.tokens import Doc
 
-from spacy_bert_pipes.models.encoder import (
-    BertEncoderV2,
-    effective_context,
-    learn_context,
-    segments,
-)
+from spacy_bert_pipes.models.encoder import BertEncoderV2
+from spacy_bert_pipes.models.segments import effective_context, learn_context, segments
 
 nlp = spacy.blank("en")
 
