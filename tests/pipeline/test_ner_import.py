@@ -65,7 +65,8 @@ def hf_first_piece_probs(folder: Path, docs: List[Doc]) -> List[numpy.ndarray]:
 
 def imported_nlp(folder: Path, **config: Any) -> Language:
     nlp = spacy.blank("en")
-    encoder = {"max_length": 128, "stride": 32}
+    # fp32, as the transformers pipeline it is compared with
+    encoder = {"max_length": 128, "stride": 32, "predict_precision": "fp32"}
     nlp.add_pipe("bert_ner", config={"model": {"encoder": encoder}, **config})
     nlp.config["initialize"]["components"]["bert_ner"] = {
         "encoder_loader": {"@misc": "spacy-bert-pipes.HFCheckpoint.v1", "source": str(folder)}

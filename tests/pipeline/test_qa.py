@@ -251,7 +251,9 @@ def test_to_disk_and_load_give_identical_answers(trained_nlp: Language, tmp_path
 
 def test_pipe_with_two_processes_matches_one(trained_nlp: Language) -> None:
     texts = [t for t, _ in QA_DATA] * 2
-    one = [d._.answers for d in trained_nlp.pipe(texts)]
+    # the same batches in both: in bf16 (the default on a CPU with fast bf16) a
+    # batch of other lengths rounds differently
+    one = [d._.answers for d in trained_nlp.pipe(texts, batch_size=2)]
     two = [d._.answers for d in trained_nlp.pipe(texts, n_process=2, batch_size=2)]
     assert len(one) == len(two)
     for a, b in zip(one, two):

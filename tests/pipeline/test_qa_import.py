@@ -35,7 +35,10 @@ def write_qa_checkpoint(path: Path) -> Path:
 
 def imported(folder: Path, settings: Dict[str, Any]) -> Language:
     nlp = spacy.blank("en")
-    model = {k: settings[k] for k in ("max_seq_len", "doc_stride", "max_question_len")}
+    model: Dict[str, Any] = {
+        k: settings[k] for k in ("max_seq_len", "doc_stride", "max_question_len")
+    }
+    model["encoder"] = {"predict_precision": "fp32"}  # as the transformers pipeline
     rest = {k: v for k, v in settings.items() if k not in model}
     nlp.add_pipe("bert_qa", config={"model": model, **rest})
     nlp.config["initialize"]["components"]["bert_qa"] = {

@@ -36,7 +36,8 @@ def st_bert(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Path:
 
 def vectors_nlp(checkpoint: Path, encoder: dict = SMALL_ENCODER) -> Language:
     nlp = spacy.blank("en")
-    nlp.add_pipe("bert_encoder", config={"model": encoder})
+    # fp32, as sentence-transformers, whose vectors they are compared with
+    nlp.add_pipe("bert_encoder", config={"model": {**encoder, "predict_precision": "fp32"}})
     nlp.add_pipe("bert_vectors")
     nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(checkpoint)
     nlp.initialize()

@@ -95,7 +95,9 @@ def test_same_answers_as_transformers_pipeline_on_squad(
 
     pairs = squad_pairs((39, 48))[:n]
     nlp = spacy.blank("en")
-    nlp.add_pipe("bert_qa", config={"model": settings})
+    # fp32, as the transformers pipeline it is compared with
+    encoder = {"predict_precision": "fp32"}
+    nlp.add_pipe("bert_qa", config={"model": {**settings, "encoder": encoder}})
     nlp.config["initialize"]["components"]["bert_qa"] = {
         "encoder_loader": {"@misc": "spacy-bert-pipes.HFCheckpoint.v1", "source": str(fine_tuned)}
     }

@@ -73,7 +73,9 @@ def test_sequence_classifier_import_matches_transformers(minilm_path: Path, tmp_
     AutoTokenizer.from_pretrained(minilm_path).save_pretrained(checkpoint)
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("bert_textcat", config={"model": {"pooler_activation": "tanh"}})
+    # fp32, as the transformers forward it is compared with
+    model_config = {"pooler_activation": "tanh", "encoder": {"predict_precision": "fp32"}}
+    nlp.add_pipe("bert_textcat", config={"model": model_config})
     nlp.config["initialize"]["components"]["bert_textcat"] = {
         "encoder_loader": {"@misc": "spacy-bert-pipes.HFCheckpoint.v1", "source": str(checkpoint)}
     }

@@ -49,7 +49,9 @@ def sentence_transformer():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def nlp() -> Language:
     nlp = spacy.blank("en")
-    nlp.add_pipe("bert_encoder", config={"model": {"max_length": 256, "stride": 64}})
+    # fp32, as the SentenceTransformer.encode it is compared with
+    encoder = {"max_length": 256, "stride": 64, "predict_precision": "fp32"}
+    nlp.add_pipe("bert_encoder", config={"model": encoder})
     nlp.add_pipe("bert_vectors")
     nlp.initialize()
     return nlp
