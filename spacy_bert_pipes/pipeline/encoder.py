@@ -1,6 +1,6 @@
 """`bert_encoder`: one encoder pass shared by several heads (listeners)."""
 
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, cast
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -8,6 +8,7 @@ from spacy.training import Example, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
+from ..models.anchor import anchor_loss
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
@@ -36,15 +37,22 @@ DEFAULT_ENCODER_CONFIG = Config().from_str(DEFAULT_ENCODER_MODEL)["model"]
 @Language.factory(
     "bert_encoder",
     assigns=[f"doc._.{ENCODING_ATTR}"],
-    default_config={"model": DEFAULT_ENCODER_CONFIG},
+    default_config={"model": DEFAULT_ENCODER_CONFIG, "vector_anchor": 0.0},
 )
-def make_bert_encoder(nlp: Language, name: str, model: Model) -> "BertEncoderPipe":
+def make_bert_encoder(
+    nlp: Language, name: str, model: Model, vector_anchor: float
+) -> "BertEncoderPipe":
     """Run a BERT encoder once and share its output with listening heads.
 
-    Heads listen with `@architectures = "spacy-bert-pipes.EncoderListener.v1"` as
+    Heads listen with `@architectures = "spacy-bert-pipes.EncoderListener.v2"` as
     their `encoder`. Writes `doc._.bert_encoding` (a DocEncoding).
+
+    vector_anchor (float): In training, the weight of a loss that keeps each doc's
+        mean vector close to the one the encoder gave before training (cosine), so
+        that `bert_vectors` still serves the checkpoint's sentence embedding while
+        the heads fine-tune the encoder (`models/anchor.py`). 0.0: no such loss.
     """
-    return BertEncoderPipe(nlp.vocab, model, name=name)
+    return BertEncoderPipe(nlp.vocab, model, name=name, vector_anchor=vector_anchor)
 
 
 def _add_grads(total: DocEncodingGrad, new: DocEncodingGrad) -> None:
@@ -69,13 +77,19 @@ class BertEncoderPipe(ConfiguredPipe):
 
     learned_cfg = ()
 
-    def __init__(self, vocab: Vocab, model: Model, name: str = "bert_encoder") -> None:
+    def __init__(
+        self, vocab: Vocab, model: Model, name: str = "bert_encoder", *, vector_anchor: float = 0.0
+    ) -> None:
+        if vector_anchor < 0:
+            raise ValueError(f"[components.{name}] vector_anchor must be >= 0: {vector_anchor}")
         ensure_encoding_extension()
         self.vocab = vocab
         self.model = model
         self.name = name
         self.listener_map: Dict[str, List[Model]] = {}
-        self.cfg: Dict[str, object] = {}
+        self.cfg: Dict[str, object] = {"vector_anchor": vector_anchor}
+        # the encoder as it was before training, for vector_anchor (not saved)
+        self._teacher: Optional[Model] = None
 
     # --- listeners (spaCy's ListenedToComponent protocol) ---------------------
     @property
@@ -156,6 +170,13 @@ class BertEncoderPipe(ConfiguredPipe):
                 self.finish_update(sgd)
             return d_docs
 
+        weight = float(cast(float, self.cfg.get("vector_anchor") or 0.0))
+        if weight > 0:
+            teacher = self._anchor_teacher()
+            anchor, grads = anchor_loss(outputs, teacher.predict(docs), weight)
+            for t, g in zip(total, grads):
+                _add_grads(t, g)
+            losses[self.name] += anchor
         batch_id = EncoderListener.get_batch_id(docs)
         listeners = self.listeners
         for listener in listeners[:-1]:
@@ -185,9 +206,16 @@ class BertEncoderPipe(ConfiguredPipe):
         load_encoder(self.model, encoder_loader, self.name)
         learn_encoder_context(self.model, get_examples())
         self.model.initialize()
+        self._teacher = None  # vector_anchor: copied from these weights in training
         width = self.model.get_dim("nO")
         for listener in self.listeners:
             listener.set_dim("nO", width, force=True)
+
+    def _anchor_teacher(self) -> Model:
+        """A frozen copy of the encoder as it is when training starts."""
+        if self._teacher is None:
+            self._teacher = self.model.copy()
+        return self._teacher
 
     def add_label(self, label: str) -> int:
         raise NotImplementedError(f"{self.name} has no labels")

@@ -92,3 +92,30 @@ def test_shared_equals_standalone_with_same_weights(tiny_bert: Path) -> None:
         a, b = shared(text).cats, standalone(text).cats
         for label in a:
             assert a[label] == pytest.approx(b[label], abs=1e-5)
+
+
+def test_vector_anchor_keeps_doc_vectors_near_the_checkpoints(tiny_bert: Path) -> None:
+    """Fine-tuning a shared encoder for a head moves its mean doc vectors; with
+    vector_anchor they stay closer to those of the encoder before training."""
+    from spacy_bert_pipes.models.anchor import mean_vector
+
+    texts = [text for text, _ in TRAIN_TEXTS]
+    similarity = {}
+    for anchor in (0.0, 5.0):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER, "vector_anchor": anchor})
+        listener = {"@architectures": "spacy-bert-pipes.EncoderListener.v2"}
+        nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener}})
+        nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+        examples = textcat_examples(nlp)
+        optimizer = nlp.initialize(lambda examples=examples: examples)
+        optimizer.learn_rate = 1e-2
+        before = [mean_vector(doc._.bert_encoding) for doc in nlp.pipe(texts)]
+        for _ in range(15):
+            losses = nlp.update(examples, sgd=optimizer)
+        assert (losses["bert_encoder"] > 0) == (anchor > 0)
+        after = [mean_vector(doc._.bert_encoding) for doc in nlp.pipe(texts)]
+        similarity[anchor] = min(
+            float(a @ b / ((a @ a) ** 0.5 * (b @ b) ** 0.5)) for a, b in zip(before, after)
+        )
+    assert similarity[5.0] > similarity[0.0], similarity
