@@ -1,7 +1,7 @@
 """MTEB's Banking77Classification protocol on our `doc.vector` (not a test).
 
     python bench/mteb_banking77.py [--precision fp32,bf16] [--reference]
-        [--threads 2] [--data DIR] [--save-vectors DIR] [--output FILE]
+        [--pipeline DIR] [--threads 2] [--data DIR] [--save-vectors DIR] [--output FILE]
 
 The protocol, as mteb's AbsTaskClassification implements it (read in mteb 2.26's
 `abstasks/classification.py` and `_evaluators/sklearn_evaluator.py`):
@@ -18,9 +18,11 @@ are PolyAI's, the source of the `mteb/banking77` dataset (10,003 train, 3,080 te
 
 Each precision embeds the train queries the experiments use and the test queries
 with a pipeline `bert_encoder` (max_length 256, the checkpoint's limit) +
-`bert_vectors`. `--reference` adds SentenceTransformer.encode under the same
-protocol. `--save-vectors DIR` writes every train and test vector (fp32 run) as
-Parquet (id, vector, label) for bench/similar_speed.py.
+`bert_vectors`, or with `--pipeline`'s (a trained pipeline with `bert_vectors`, e.g.
+the one-pass pipeline of configs/multitask.cfg). `--reference` adds
+SentenceTransformer.encode under the same protocol. `--save-vectors DIR` writes
+every train and test vector (fp32 run) as Parquet (id, vector, label) for
+bench/similar_speed.py.
 Writes bench/results/mteb_banking77.json.
 """
 
@@ -87,14 +89,21 @@ def score(
     return accuracies
 
 
-def ours(texts: List[str], precision: str) -> Tuple[numpy.ndarray, float]:
+def ours(
+    texts: List[str], precision: str, pipeline: Optional[Path] = None
+) -> Tuple[numpy.ndarray, float]:
     import spacy
 
-    nlp = spacy.blank("en")
-    config = {"model": {"max_length": 256, "predict_precision": precision}}
-    nlp.add_pipe("bert_encoder", config=config)
-    nlp.add_pipe("bert_vectors")
-    nlp.initialize()
+    from spacy_bert_pipes.loading import load_pipeline
+
+    if pipeline is not None:
+        nlp = load_pipeline(pipeline, precision=precision)  # type: ignore[arg-type]
+    else:
+        nlp = spacy.blank("en")
+        config = {"model": {"max_length": 256, "predict_precision": precision}}
+        nlp.add_pipe("bert_encoder", config=config)
+        nlp.add_pipe("bert_vectors")
+        nlp.initialize()
     start = time.perf_counter()
     vectors = numpy.stack([doc.vector for doc in nlp.pipe(texts, batch_size=256)])
     return vectors, time.perf_counter() - start
@@ -127,6 +136,9 @@ def main(
     with_reference: bool = typer.Option(
         False, "--reference", help="Also score SentenceTransformer.encode"
     ),
+    pipeline: Optional[Path] = typer.Option(
+        None, help="A trained pipeline whose doc vectors to score (default: the checkpoint's)"
+    ),
     threads: int = typer.Option(2, help="torch threads"),
     data: Path = typer.Option(DEFAULT_DATA, help="The shared datasets folder"),
     vectors_dir: Optional[Path] = typer.Option(
@@ -155,6 +167,7 @@ def main(
             "command": " ".join(["python", *sys.argv]),
             "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
             "threads": threads,
+            "pipeline": str(pipeline) if pipeline else None,
             "protocol": {
                 "n_experiments": N_EXPERIMENTS,
                 "samples_per_label": SAMPLES_PER_LABEL,
@@ -176,7 +189,7 @@ def main(
         output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
         return result
 
-    runs = [(p, lambda p=p: ours(texts, p)) for p in precision.split(",")]
+    runs = [(p, lambda p=p: ours(texts, p, pipeline)) for p in precision.split(",")]
     if with_reference:
         runs.append(("sentence-transformers", lambda: reference(texts)))
     for name, run in runs:

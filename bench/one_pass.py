@@ -1,0 +1,110 @@
+"""Encoder passes and docs/s of two pipelines on the same texts (not a test).
+
+    python bench/one_pass.py ONE_PASS ASSEMBLED [--texts corpus/collection.jsonl]
+        [--limit 300] [--batch-size 64] [--rounds 3]
+        [--output bench/results/one_pass.json]
+
+Both pipelines annotate the same texts (the Banking77 queries of the workflow's
+collection by default: its rows without "questions"), alternating in one process,
+`nlp.pipe` with the given batch size, best of `--rounds`. Every encoder forward is
+counted (calls of `models.encoder.run_windows`, which each encoder and each
+question/context pass goes through once per batch) with the wordpieces it ran, so
+the result says how many encoder passes each pipeline makes per batch and how many
+wordpieces per doc, next to its docs/s and the ratio of the two.
+"""
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import spacy
+import typer
+
+from spacy_bert_pipes.models import encoder as encoder_module
+
+
+def read_texts(path: Path, limit: int) -> List[str]:
+    texts = []
+    with path.open(encoding="utf8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("questions"):
+                continue  # the SQuAD paragraphs bring their own questions
+            texts.append(row["text"])
+            if len(texts) == limit:
+                break
+    return texts
+
+
+def count_passes(nlp: Any, texts: List[str], batch_size: int) -> Dict[str, float]:
+    """Encoder forwards and wordpieces per batch of one `nlp.pipe` run."""
+    calls: List[int] = []
+    original = encoder_module.run_windows
+
+    def counting(encoder: Any, windows: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(sum(len(ids) for ids, _ in windows))
+        return original(encoder, windows, *args, **kwargs)
+
+    encoder_module.run_windows = counting  # type: ignore[assignment]
+    try:
+        list(nlp.pipe(texts, batch_size=batch_size))
+    finally:
+        encoder_module.run_windows = original  # type: ignore[assignment]
+    n_batches = -(-len(texts) // batch_size)
+    return {
+        "encoder_forwards_per_batch": len(calls) / n_batches,
+        "wordpieces_per_doc": sum(calls) / len(texts),
+    }
+
+
+def main(
+    one_pass: Path = typer.Argument(..., help="The one-pass pipeline (configs/multitask.cfg)"),
+    assembled: Path = typer.Argument(..., help="The assembled pipeline (heads trained apart)"),
+    texts_path: Path = typer.Option(Path("corpus/collection.jsonl"), "--texts"),
+    limit: int = typer.Option(300, help="Texts to annotate"),
+    batch_size: int = typer.Option(64, help="nlp.pipe batch size"),
+    rounds: int = typer.Option(3, help="Alternating rounds; the best is kept"),
+    output: Path = typer.Option(Path("bench/results/one_pass.json")),
+) -> None:
+    texts = read_texts(texts_path, limit)
+    pipelines = {"one_pass": spacy.load(one_pass), "assembled": spacy.load(assembled)}
+    result: Dict[str, Any] = {
+        "command": "python bench/one_pass.py "
+        f"{one_pass} {assembled} --texts {texts_path} --limit {limit} "
+        f"--batch-size {batch_size} --rounds {rounds}",
+        "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
+        "texts": len(texts),
+        "pipelines": {},
+    }
+    for name, nlp in pipelines.items():
+        list(nlp.pipe(texts[:batch_size], batch_size=batch_size))  # warm up
+        result["pipelines"][name] = {
+            "path": str(one_pass if name == "one_pass" else assembled),
+            "components": nlp.pipe_names,
+            **count_passes(nlp, texts, batch_size),
+            "seconds": [],
+        }
+    for _ in range(rounds):
+        for name, nlp in pipelines.items():
+            start = time.perf_counter()
+            list(nlp.pipe(texts, batch_size=batch_size))
+            result["pipelines"][name]["seconds"].append(round(time.perf_counter() - start, 3))
+    for entry in result["pipelines"].values():
+        entry["docs_per_second"] = round(len(texts) / min(entry["seconds"]), 1)
+    one, apart = result["pipelines"]["one_pass"], result["pipelines"]["assembled"]
+    result["speedup"] = round(one["docs_per_second"] / apart["docs_per_second"], 2)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
+    for name, entry in result["pipelines"].items():
+        typer.echo(
+            f"{name}: {entry['encoder_forwards_per_batch']:.1f} encoder forwards per batch, "
+            f"{entry['wordpieces_per_doc']:.1f} wordpieces per doc, "
+            f"{entry['docs_per_second']} docs/s"
+        )
+    typer.echo(f"one pass / assembled: {result['speedup']}x")
+
+
+if __name__ == "__main__":
+    typer.run(main)
