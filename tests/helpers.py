@@ -132,6 +132,19 @@ def ner_examples(nlp, data=NER_TEXTS):  # type: ignore[no-untyped-def]
     return [Example.from_dict(nlp.make_doc(text), {"entities": ents}) for text, ents in data]
 
 
+def gold_answers(text: str, answers: Dict[str, Optional[str]]) -> Dict[str, List[Dict]]:
+    """`doc._.gold_answers` for a text: each key's answer (a substring of the text,
+    at its first occurrence), or an empty list (no answer) for None."""
+    gold: Dict[str, List[Dict]] = {}
+    for key, answer in answers.items():
+        if answer is None:
+            gold[key] = []
+        else:
+            start = text.index(answer)
+            gold[key] = [{"text": answer, "start": start, "end": start + len(answer)}]
+    return gold
+
+
 def tiny_pipeline(tiny_bert: Path, *, qa: bool = True, sentencizer: bool = False) -> Any:
     """bert_textcat and bert_ner (and bert_qa), each on its own tiny encoder,
     initialized (not trained); with `sentencizer`, a sentencizer first."""

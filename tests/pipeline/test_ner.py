@@ -46,6 +46,17 @@ def ents(doc: Doc) -> List[Tuple[int, int, str]]:
     return [(e.start_char, e.end_char, e.label_) for e in doc.ents]
 
 
+def entities_alone(nlp: Language, sentences: List[str]) -> set:
+    """The entities of each sentence annotated alone, at their offsets in the
+    sentences joined by spaces."""
+    expected = set()
+    offset = 0
+    for sent_doc in nlp.pipe(sentences):
+        expected |= {(s + offset, e + offset, label) for s, e, label in ents(sent_doc)}
+        offset += len(sent_doc.text) + 1
+    return expected
+
+
 @pytest.fixture(scope="module")
 def trained_nlp(tiny_bert: Path) -> Language:
     return trained(tiny_bert)
@@ -235,11 +246,7 @@ def test_sentence_context_gives_each_sentence_its_entities_alone(tiny_bert: Path
     sentences = [NER_TEXTS[i % len(NER_TEXTS)][0] + " ." for i in range(300)]
     doc = nlp(" ".join(sentences))
     assert len(list(doc.sents)) >= 300
-    expected = set()
-    offset = 0
-    for sent_doc in nlp.pipe(sentences):
-        expected |= {(s + offset, e + offset, label) for s, e, label in ents(sent_doc)}
-        offset += len(sent_doc.text) + 1
+    expected = entities_alone(nlp, sentences)
     assert expected
     assert set(ents(doc)) == expected
 
@@ -257,11 +264,7 @@ def test_default_context_follows_sentence_level_training_docs(
     assert nlp.config["components"]["bert_ner"]["model"]["encoder"]["context"] == "auto"
     assert model_encoder.attrs["learned_context"] == "sentence"
     sentences = [NER_TEXTS[i % len(NER_TEXTS)][0] + " ." for i in range(60)]
-    expected = set()
-    offset = 0
-    for sent_doc in nlp.pipe(sentences):
-        expected |= {(s + offset, e + offset, label) for s, e, label in ents(sent_doc)}
-        offset += len(sent_doc.text) + 1
+    expected = entities_alone(nlp, sentences)
     assert expected
     long_doc = nlp(" ".join(sentences))
     assert not long_doc.has_annotation("SENT_START")  # the doc itself is not changed

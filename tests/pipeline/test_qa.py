@@ -5,7 +5,7 @@ from typing import Any, Dict, List
 
 import pytest
 import spacy
-from helpers import SMALL_ENCODER, loader_config
+from helpers import SMALL_ENCODER, gold_answers, loader_config
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
@@ -31,14 +31,7 @@ def qa_examples(nlp: Language) -> List[Example]:
     for text, asked in QA_DATA:
         reference = nlp.make_doc(text)
         reference._.questions = {k: q for k, (q, _) in asked.items()}
-        gold: Dict[str, List[Dict[str, Any]]] = {}
-        for key, (_, answer) in asked.items():
-            if answer is None:
-                gold[key] = []
-            else:
-                start = text.index(answer)
-                gold[key] = [{"text": answer, "start": start, "end": start + len(answer)}]
-        reference._.gold_answers = gold
+        reference._.gold_answers = gold_answers(text, {k: a for k, (_, a) in asked.items()})
         examples.append(Example(nlp.make_doc(text), reference))
     return examples
 

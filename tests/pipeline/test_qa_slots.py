@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 import pytest
 import spacy
-from helpers import SMALL_ENCODER, count_calls, loader_config
+from helpers import SMALL_ENCODER, count_calls, gold_answers, loader_config
 from spacy.language import Language
 from spacy.training import Example
 
@@ -38,14 +38,7 @@ def slot_examples(nlp: Language, data: List[Any] = DATA) -> List[Example]:
     examples = []
     for text, answers in data:
         reference = nlp.make_doc(text)
-        gold: Dict[str, List[Dict[str, Any]]] = {}
-        for key, answer in answers.items():
-            if answer is None:
-                gold[key] = []
-            else:
-                start = text.index(answer)
-                gold[key] = [{"text": answer, "start": start, "end": start + len(answer)}]
-        reference._.gold_answers = gold
+        reference._.gold_answers = gold_answers(text, answers)
         examples.append(Example(nlp.make_doc(text), reference))
     return examples
 
