@@ -235,3 +235,55 @@ def test_qa_max_question_len(heads_path: Path) -> None:
     nlp = load(heads_path, "bert_qa", {"model": {"max_question_len": 2}})
     assert nlp.get_pipe("bert_qa").model.attrs["max_question_len"] == 2
     assert all(a["question_truncated"] for a in answers(nlp))
+
+
+# A different valid value for every setting of every component: each, given at
+# load, is what the loaded pipe holds (the tests above check what they change).
+EVERY_SETTING = [
+    ("bert_textcat", {"threshold": 0.25}, "threshold", 0.25),
+    ("bert_textcat", {"class_weights": None}, "class_weights", None),
+    ("bert_textcat", {"score_prefix": "intent"}, "score_prefix", "intent"),
+    ("bert_ner", {"annotate": "spans"}, "annotate", "spans"),
+    ("bert_ner", {"spans_key": "found"}, "spans_key", "found"),
+    ("bert_qa", {"max_answer_len": 3}, "max_answer_len", 3),
+    ("bert_qa", {"top_k": 2}, "top_k", 2),
+    ("bert_qa", {"handle_impossible_answer": True}, "handle_impossible_answer", True),
+    ("bert_qa", {"align_to_words": False}, "align_to_words", False),
+    ("bert_qa", {"spans_key": "slots"}, "spans_key", "slots"),
+]
+
+
+@pytest.mark.parametrize(
+    "component,settings,key,value", EVERY_SETTING, ids=[f"{c}.{k}" for c, _, k, _ in EVERY_SETTING]
+)
+def test_every_component_setting_is_taken_at_load(
+    heads_path: Path, component: str, settings: Dict[str, Any], key: str, value: Any
+) -> None:
+    saved = spacy.load(heads_path).get_pipe(component).cfg[key]
+    assert saved != value
+    nlp = load(heads_path, component, settings)
+    assert nlp.get_pipe(component).cfg[key] == value
+
+
+MODEL_SETTINGS = [
+    ("bert_textcat", {"pooling": "mean"}, None, "pooling", "mean"),
+    ("bert_ner", {"token_vector": "mean"}, None, "token_vector", "mean"),
+    ("bert_qa", {"doc_stride": 2}, None, "doc_stride", 2),
+    ("bert_qa", {"max_seq_len": 20}, None, "max_seq_len", 20),
+    ("bert_ner", {"encoder": {"context": "doc"}}, "encoder", "context", "doc"),
+    ("bert_ner", {"encoder": {"stride": 2}}, "encoder", "stride", 2),
+]
+
+
+@pytest.mark.parametrize(
+    "component,settings,ref,key,value",
+    MODEL_SETTINGS,
+    ids=[f"{c}.{r or 'model'}.{k}" for c, _, r, k, _ in MODEL_SETTINGS],
+)
+def test_every_model_setting_is_taken_at_load(
+    heads_path: Path, component: str, settings: Dict, ref: Any, key: str, value: Any
+) -> None:
+    nlp = load(heads_path, component, {"model": settings})
+    model = nlp.get_pipe(component).model
+    node = model.get_ref(ref) if ref else model
+    assert node.attrs[key] == value
