@@ -48,7 +48,8 @@ def test_import_matches_transformers_on_200_conll_sentences(token_classifier: Pa
     nlp = spacy.blank("en")
     sentences = list(read_conll_ner(CONLL / "valid.txt", nlp.vocab, n_sents=1))[:200]
     assert len(sentences) == 200
-    nlp.add_pipe("bert_ner")
+    # fp32, as the transformers forward it is compared with
+    nlp.add_pipe("bert_ner", config={"model": {"encoder": {"predict_precision": "fp32"}}})
     nlp.config["initialize"]["components"]["bert_ner"] = {
         "encoder_loader": {
             "@misc": "spacy-bert-pipes.HFCheckpoint.v1",

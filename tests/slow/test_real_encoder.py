@@ -119,6 +119,8 @@ def test_short_real_training_learns(tmp_path: Path) -> None:
     assert accuracy > 0.6, accuracy
     nlp.to_disk(tmp_path / "model")
     loaded = spacy.load(tmp_path / "model")
-    for doc, again in zip(docs[:20], loaded.pipe([t for t, _ in test[:20]])):
+    # the same batch as above: in bf16 (the default on a CPU with fast bf16) a
+    # batch of other lengths rounds differently
+    for doc, again in zip(docs[:20], list(loaded.pipe([t for t, _ in test]))[:20]):
         for label in doc.cats:
             assert again.cats[label] == pytest.approx(doc.cats[label], abs=1e-6)
