@@ -101,8 +101,12 @@ def _listener_forward(
 
 @registry.architectures("spacy-bert-pipes.EncoderListener.v1")
 def make_encoder_listener(upstream: str = "*") -> Model[List[Doc], List[DocEncoding]]:
-    """EncoderListener.v2 with grad_factor 1.0."""
-    return EncoderListener(upstream_name=upstream)
+    """EncoderListener.v2 with grad_factor 1.0.
+
+    upstream (str): The name of the upstream component, or "*" for the first
+        `bert_encoder` before this component.
+    """
+    return make_encoder_listener_v2(upstream=upstream, grad_factor=1.0)
 
 
 @registry.architectures("spacy-bert-pipes.EncoderListener.v2")
