@@ -9,6 +9,7 @@ sentences at once, which training never showed it.
 
 from typing import Iterable, List, Tuple
 
+from spacy.pipeline import Sentencizer
 from spacy.tokens import Doc
 from thinc.api import Model
 
@@ -16,6 +17,10 @@ CONTEXTS = ("doc", "sentence", "auto")
 # `context = "auto"` reads sentences apart when at least this share of the training
 # docs are one sentence each (by their own boundaries, or else spaCy's sentencizer).
 SENTENCE_LEVEL_SHARE = 0.9
+
+
+# One rule-based sentencizer for every call (its predict reads, never writes, docs).
+_SENTENCIZER = Sentencizer()
 
 
 def segments(doc: Doc, text: str, context: str) -> List[Tuple[int, int]]:
@@ -69,9 +74,7 @@ def _rule_sentences(doc: Doc) -> List[Tuple[int, int]]:
     """The character spans of the sentences in `doc` (which is not changed): spaCy's
     rule-based sentencizer's, also cut at line breaks (headlines, datelines and
     table rows stand on lines of their own and often end without punctuation)."""
-    from spacy.pipeline import Sentencizer
-
-    starts = Sentencizer().predict([doc])[0]
+    starts = _SENTENCIZER.predict([doc])[0]
     for token in doc:
         if token.is_space and "\n" in token.text and token.i + 1 < len(doc):
             starts[token.i + 1] = True
