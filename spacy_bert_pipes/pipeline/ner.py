@@ -1,5 +1,6 @@
 """`bert_ner`: named entities as BERT token tagging, with a confidence per entity."""
 
+import random
 from typing import (
     Any,
     Callable,
@@ -25,6 +26,7 @@ from thinc.types import Floats1d, Floats2d
 
 from ..models.align import space_tokens
 from ..models.loaders import HFCheckpointLoader, TaggerWeights
+from ..models.segments import effective_context
 from ..models.tags import (
     OUTSIDE,
     Entities,
@@ -83,6 +85,7 @@ _MIN_PROB = 1e-12
         "scheme": "BIO",
         "annotate": "ents",
         "spans_key": "bert_ner",
+        "join_sentences": 8,
         "scorer": {"@scorers": "spacy-bert-pipes.ner_scorer.v1"},
     },
     default_score_weights={
@@ -99,6 +102,7 @@ def make_bert_ner(
     scheme: Scheme,
     annotate: Annotate,
     spans_key: str,
+    join_sentences: int,
     scorer: Optional[Callable],
 ) -> "BertEntityRecognizer":
     """Tag named entities with a BERT encoder, one tag per spaCy token.
@@ -111,6 +115,12 @@ def make_bert_ner(
         already have an `ner`.
     spans_key (str): The span group written in "spans" mode (and read as gold, when
         the reference docs have it, in training and scoring).
+    join_sentences (int): When the component's own encoder reads sentences found
+        by rule (`context = "auto"` on sentence-level training docs), training
+        joins the batch's examples in runs of 1 to `join_sentences` (at random)
+        into docs without sentence boundaries, as raw text is read at prediction:
+        sentences without final punctuation then run into their neighbours in
+        training too. 0 or 1: each example alone.
     scorer (Optional[Callable]): Scoring function: entity P/R/F overall and per type.
     """
     return BertEntityRecognizer(
@@ -120,6 +130,7 @@ def make_bert_ner(
         scheme=scheme,
         annotate=annotate,
         spans_key=spans_key,
+        join_sentences=join_sentences,
         scorer=scorer,
     )
 
@@ -140,6 +151,7 @@ class BertEntityRecognizer(ConfiguredPipe):
         scheme: Scheme = "BIO",
         annotate: Annotate = "ents",
         spans_key: str = "bert_ner",
+        join_sentences: int = 8,
         scorer: Optional[Callable] = None,
     ) -> None:
         ensure_encoding_extension()
@@ -147,6 +159,8 @@ class BertEntityRecognizer(ConfiguredPipe):
             Span.set_extension(SCORE_ATTR, default=None)
         if annotate not in ("ents", "spans"):
             raise ValueError(f"annotate must be 'ents' or 'spans', got {annotate!r}")
+        if join_sentences < 0:
+            raise ValueError(f"join_sentences must be 0 or more, got {join_sentences}")
         make_tag_set([], scheme)  # validates the scheme early
         self.vocab = vocab
         self.model = model
@@ -157,6 +171,7 @@ class BertEntityRecognizer(ConfiguredPipe):
             "scheme": scheme,
             "annotate": annotate,
             "spans_key": spans_key,
+            "join_sentences": join_sentences,
         }
         self._tag_set: Optional[TagSet] = None
 
@@ -295,6 +310,8 @@ class BertEntityRecognizer(ConfiguredPipe):
     ) -> Dict[str, float]:
         examples = list(examples)
         validate_examples(examples, "BertEntityRecognizer.update")
+        if self.joins_sentences:
+            examples = joined_examples(examples, self.cfg["join_sentences"], random.randint)
         return train_step(
             self,
             [eg.predicted for eg in examples],
@@ -302,6 +319,18 @@ class BertEntityRecognizer(ConfiguredPipe):
             drop=drop,
             sgd=sgd,
             losses={} if losses is None else losses,
+        )
+
+    @property
+    def joins_sentences(self) -> bool:
+        """Whether `update` joins examples (see `make_bert_ner`): with the
+        component's own encoder reading sentences found by rule. An encoder
+        shared through a listener runs its update on the batch as given."""
+        encoder = own_encoder(self.model)
+        return (
+            self.cfg["join_sentences"] > 1
+            and encoder is not None
+            and effective_context(encoder) == "sentences"
         )
 
     def gold_tags(self, example: Example, index: int = 0) -> List[Optional[str]]:
@@ -473,6 +502,47 @@ class BertEntityRecognizer(ConfiguredPipe):
             return {}
         spans_key = self.cfg["spans_key"] if self.cfg["annotate"] == "spans" else None
         return self.scorer(examples, spans_key=spans_key)
+
+
+def joined_examples(
+    examples: Sequence[Example], max_run: int, randint: Callable[[int, int], int]
+) -> List[Example]:
+    """The examples joined, in order, in runs of 1 to `max_run` (`randint(1, max_run)`,
+    spaCy's training seeds Python's `random`):
+    each run's predicted docs become one doc of their words and spaces only (a
+    space between them, no sentence boundaries, like raw text), its reference docs
+    one doc with their entities and span groups. Examples whose predicted doc is
+    empty or has sentence boundaries (read as they are at prediction) stay alone."""
+    out: List[Example] = []
+    run: List[Example] = []
+    size = randint(1, max_run)
+    for eg in examples:
+        if len(eg.predicted) == 0 or eg.predicted.has_annotation("SENT_START"):
+            out.extend(_join_run(run) + [eg])
+            run = []
+            continue
+        run.append(eg)
+        if len(run) >= size:
+            out.extend(_join_run(run))
+            run = []
+            size = randint(1, max_run)
+    return out + _join_run(run)
+
+
+def _join_run(run: List[Example]) -> List[Example]:
+    if len(run) <= 1:
+        return run
+    words: List[str] = []
+    spaces: List[bool] = []
+    for eg in run:
+        words.extend(token.text for token in eg.predicted)
+        spaces.extend(bool(token.whitespace_) for token in eg.predicted)
+        # a space before the next doc, as `Doc.from_docs(ensure_whitespace=True)` adds
+        spaces[-1] = spaces[-1] or not eg.predicted[-1].is_space
+    spaces[-1] = bool(run[-1].predicted[-1].whitespace_)
+    predicted = Doc(run[0].predicted.vocab, words=words, spaces=spaces)
+    reference = Doc.from_docs([eg.reference for eg in run], ensure_whitespace=True)
+    return [Example(predicted, reference)]
 
 
 def _spans_to_biluo(doc: Doc, spans: Sequence[Span]) -> List[str]:

@@ -191,6 +191,12 @@ def test_ner_annotate_and_spans_key(heads_path: Path) -> None:
     assert "found" in doc.spans and doc.ents == ()
 
 
+def test_ner_join_sentences(heads_path: Path) -> None:
+    assert spacy.load(heads_path).get_pipe("bert_ner").joins_sentences
+    nlp = load(heads_path, "bert_ner", {"join_sentences": 1})
+    assert not nlp.get_pipe("bert_ner").joins_sentences
+
+
 def test_ner_scheme_is_fixed_by_the_weights(heads_path: Path) -> None:
     with pytest.raises(ValueError, match="scheme = 'BILUO'"):
         spacy.load(heads_path, config={"components": {"bert_ner": {"scheme": "BILUO"}}})
@@ -245,6 +251,7 @@ EVERY_SETTING = [
     ("bert_textcat", {"score_prefix": "intent"}, "score_prefix", "intent"),
     ("bert_ner", {"annotate": "spans"}, "annotate", "spans"),
     ("bert_ner", {"spans_key": "found"}, "spans_key", "found"),
+    ("bert_ner", {"join_sentences": 1}, "join_sentences", 1),
     ("bert_qa", {"max_answer_len": 3}, "max_answer_len", 3),
     ("bert_qa", {"top_k": 2}, "top_k", 2),
     ("bert_qa", {"handle_impossible_answer": True}, "handle_impossible_answer", True),
