@@ -257,25 +257,25 @@ class BertTextCategorizer(ConfiguredPipe):
     def get_loss(self, examples: Iterable[Example], scores: Floats2d) -> Tuple[float, Floats2d]:
         """Weighted cross-entropy (softmax) or binary cross-entropy (sigmoid).
 
-        RETURNS: the mean loss per doc that annotates this component's labels, and
-            its gradient with respect to the logits. Docs of other heads' corpora
-            neither add to the loss nor count in the mean, so a head's gradient does
-            not shrink with its share of a multi-task batch.
+        RETURNS: the mean loss per doc of the batch, and its gradient with respect
+            to the logits. A doc of another head's corpus adds nothing but counts
+            in the mean, so in a mixed multi-task batch the head's gradient scales
+            with its share of the batch, as when batches are drawn per task in
+            proportion to the sampling weights.
         """
         examples = list(examples)
         validate_examples(examples, "BertTextCategorizer.get_loss")
         truths, known = self._truths(examples)
         probs = self.model.ops.to_numpy(scores).astype("f")
         weights = self._label_weight_array()
+        n = max(len(examples), 1)
         eps = 1e-8
         if self.exclusive:
             has_gold = known.all(axis=1) & (truths.sum(axis=1) == 1.0)
-            n = max(int(has_gold.sum()), 1)
             row_weight = (truths * weights).sum(axis=1) * has_gold  # (n_docs,)
             d_logits = (probs - truths) * row_weight[:, None]
             loss = -(row_weight * numpy.log((probs * truths).sum(axis=1) + eps)).sum()
         else:
-            n = max(int(known.any(axis=1).sum()), 1)
             pos = truths * weights
             d_logits = (probs * (pos + 1.0 - truths) - pos) * known
             loss = -(
