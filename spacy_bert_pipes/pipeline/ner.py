@@ -85,7 +85,7 @@ _MIN_PROB = 1e-12
         "scheme": "BIO",
         "annotate": "ents",
         "spans_key": "bert_ner",
-        "join_sentences": 8,
+        "join_sentences": 32,
         "scorer": {"@scorers": "spacy-bert-pipes.ner_scorer.v1"},
     },
     default_score_weights={
@@ -151,7 +151,7 @@ class BertEntityRecognizer(ConfiguredPipe):
         scheme: Scheme = "BIO",
         annotate: Annotate = "ents",
         spans_key: str = "bert_ner",
-        join_sentences: int = 8,
+        join_sentences: int = 32,
         scorer: Optional[Callable] = None,
     ) -> None:
         ensure_encoding_extension()

@@ -81,9 +81,9 @@ def test_unknown_gold_stays_unknown_and_sentences_stay_alone() -> None:
 
 def test_factory_default_joins_for_sentence_level_training_docs(tiny_bert: Path) -> None:
     nlp = initialized(tiny_bert)
-    assert nlp.config["components"]["bert_ner"]["join_sentences"] == 8
+    assert nlp.config["components"]["bert_ner"]["join_sentences"] == 32
     ner = nlp.get_pipe("bert_ner")
-    assert ner.cfg["join_sentences"] == 8
+    assert ner.cfg["join_sentences"] == 32
     assert ner.joins_sentences
 
 
@@ -112,7 +112,7 @@ def test_a_shared_encoder_trains_on_the_batch_as_given(tiny_bert: Path) -> None:
     assert not nlp.get_pipe("bert_ner").joins_sentences
 
 
-@pytest.mark.parametrize("join_sentences,joined", [(8, True), (0, False)])
+@pytest.mark.parametrize("join_sentences,joined", [(32, True), (0, False)])
 def test_update_trains_on_the_joined_docs(
     tiny_bert: Path, monkeypatch: pytest.MonkeyPatch, join_sentences: int, joined: bool
 ) -> None:
