@@ -311,6 +311,8 @@ class BertEntityRecognizer(ConfiguredPipe):
         examples = list(examples)
         validate_examples(examples, "BertEntityRecognizer.update")
         if self.joins_sentences:
+            for i, eg in enumerate(examples):  # errors name the example of the batch
+                self.gold_tags(eg, i)
             examples = joined_examples(examples, self.cfg["join_sentences"], random.randint)
         return train_step(
             self,
