@@ -1,0 +1,80 @@
+"""The one-pass pipeline beside the heads trained apart: each task's score on its
+own test set and the docs/s of both pipelines, as a Markdown table.
+
+Reads the metrics JSONs that `bert-pipes evaluate` writes in the workflow
+(project.yml, workflow `one-pass`): the heads apart as `textcat.json`,
+`multilabel.json`, `ner.json` and `qa_slots.json`, the one-pass pipeline on each
+test set as `multitask_<source>.json`, and optionally the speed JSON of
+`bench/one_pass.py`.
+"""
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple, Optional
+
+
+class Task(NamedTuple):
+    name: str
+    apart: str  # metrics file stem of the head trained apart
+    apart_key: str
+    one_pass: str  # metrics file stem of the one-pass pipeline on the same test set
+    one_pass_key: str
+
+
+TASKS = (
+    Task("Banking77 accuracy", "textcat", "cats_accuracy", "multitask_banking77", "cats_accuracy"),
+    Task("NLU++ micro F1", "multilabel", "cats_micro_f", "multitask_nluplusplus", "nlu_micro_f"),
+    Task("CoNLL-2003 F1", "ner", "ents_f", "multitask_conll2003", "ents_f"),
+    Task("Restaurant-8k span F1", "qa_slots", "qa_span_f", "multitask_restaurant8k", "qa_span_f"),
+    Task("Restaurant-8k SQuAD F1", "qa_slots", "qa_f1", "multitask_restaurant8k", "qa_f1"),
+)
+
+
+class CompareError(ValueError):
+    """A metrics file is missing, unreadable or lacks the score it should hold."""
+
+
+def _read(path: Path) -> Dict[str, Any]:
+    if not path.exists():
+        raise CompareError(f"{path}: no such metrics file (run `bert-pipes evaluate` first)")
+    try:
+        data = json.loads(path.read_text(encoding="utf8"))
+    except (OSError, ValueError) as err:
+        raise CompareError(f"{path}: not a metrics JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise CompareError(f"{path}: not a metrics JSON (a {type(data).__name__})")
+    return data
+
+
+def _score(metrics_dir: Path, stem: str, key: str) -> float:
+    path = metrics_dir / f"{stem}.json"
+    value = _read(path).get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise CompareError(f"{path}: no score {key!r} (found {value!r})")
+    return float(value) * 100
+
+
+def side_by_side(metrics_dir: Path, speed: Optional[Path] = None) -> str:
+    """The Markdown table: one row per task, and one for the docs/s of the two
+    pipelines when `speed` (bench/one_pass.py's JSON) is given."""
+    lines: List[str] = [
+        "| task (own test set) | heads apart | one pass | difference |",
+        "|---|---|---|---|",
+    ]
+    for task in TASKS:
+        apart = _score(metrics_dir, task.apart, task.apart_key)
+        one = _score(metrics_dir, task.one_pass, task.one_pass_key)
+        lines.append(f"| {task.name} | {apart:.2f} | {one:.2f} | {one - apart:+.2f} |")
+    if speed is not None:
+        data = _read(speed)
+        try:
+            apart_dps = float(data["pipelines"]["assembled"]["docs_per_second"])
+            one_dps = float(data["pipelines"]["one_pass"]["docs_per_second"])
+            texts = int(data["texts"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CompareError(f"{speed}: not a bench/one_pass.py result ({err!r})") from err
+        lines.append(
+            f"| docs/s ({texts} texts, {data.get('device', 'cpu')}) | {apart_dps:.1f} | "
+            f"{one_dps:.1f} | {one_dps / apart_dps:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
