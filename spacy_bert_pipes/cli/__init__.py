@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     annotate,
     assemble,
     convert,
+    distill,
     evaluate,
     explain,
     pretrain,

@@ -26,6 +26,7 @@ from thinc.types import Floats2d
 
 from ..models.loaders import ClassifierWeights, HFCheckpointLoader
 from ..multitask import SOURCE_ATTR
+from ..multitask.targets import soft_targets
 from .common import (
     ensure_encoding_extension,
     head_pipe,
@@ -220,8 +221,10 @@ class BertTextCategorizer(ConfiguredPipe):
 
         A doc whose `cats` hold none of this component's labels is not annotated
         for it (e.g. a doc of another head's corpus in multi-task training): its
-        row is all unknown, never negative. A doc that does annotate them may not
-        hold labels this component does not know.
+        row is all unknown, never negative, unless a teacher's probabilities for
+        this component are stored on it (a distilled corpus,
+        `multitask/targets.py`): they are its soft targets. A doc that does
+        annotate them may not hold labels this component does not know.
         """
         labels = self.labels
         label_set = set(labels)
@@ -230,6 +233,10 @@ class BertTextCategorizer(ConfiguredPipe):
         for i, eg in enumerate(examples):
             cats = eg.reference.cats
             if not any(label in label_set for label in cats):
+                targets = soft_targets(eg.reference, self.name)
+                if targets is not None:
+                    truths[i] = self._soft_row(i, targets)
+                    known[i] = 1.0
                 continue
             for label in cats:
                 if label not in label_set:
@@ -249,6 +256,33 @@ class BertTextCategorizer(ConfiguredPipe):
                     "(set exclusive_classes = false for multi-label data)"
                 )
         return truths, known
+
+    def _soft_row(self, i: int, targets: Dict[str, float]) -> numpy.ndarray:
+        """A teacher's probabilities as a row of targets, in this component's label
+        order (summing to 1 for exclusive classes)."""
+        if set(targets) != set(self.labels):
+            missing = sorted(set(self.labels) - set(targets))[:5]
+            extra = sorted(set(targets) - set(self.labels))[:5]
+            raise ValueError(
+                f"Example {i} of the batch has teacher targets for '{self.name}' whose "
+                f"labels are not its labels (missing: {missing}, unknown: {extra}): "
+                "distill with a teacher trained on the same labels"
+            )
+        row = numpy.asarray([targets[label] for label in self.labels], dtype="f")
+        if not numpy.isfinite(row).all() or (row < 0).any() or (row > 1).any():
+            raise ValueError(
+                f"Example {i} of the batch has teacher targets for '{self.name}' outside "
+                "[0, 1]: they must be probabilities"
+            )
+        if self.exclusive:
+            total = float(row.sum())
+            if total <= 0:
+                raise ValueError(
+                    f"Example {i} of the batch has teacher targets for '{self.name}' that "
+                    "are all 0: exclusive classes need a distribution"
+                )
+            row /= total
+        return row
 
     def annotates(self, example: Example) -> bool:
         """Whether the reference doc holds any of this component's labels in `cats`."""
@@ -271,10 +305,12 @@ class BertTextCategorizer(ConfiguredPipe):
         n = max(len(examples), 1)
         eps = 1e-8
         if self.exclusive:
-            has_gold = known.all(axis=1) & (truths.sum(axis=1) == 1.0)
+            # a gold one-hot row, or a teacher's distribution (sums to 1 up to rounding)
+            has_gold = known.all(axis=1) & numpy.isclose(truths.sum(axis=1), 1.0, atol=1e-4)
             row_weight = (truths * weights).sum(axis=1) * has_gold  # (n_docs,)
             d_logits = (probs - truths) * row_weight[:, None]
-            loss = -(row_weight * numpy.log((probs * truths).sum(axis=1) + eps)).sum()
+            # cross-entropy with the target distribution (one-hot for gold labels)
+            loss = -(row_weight * (truths * numpy.log(probs + eps)).sum(axis=1)).sum()
         else:
             pos = truths * weights
             d_logits = (probs * (pos + 1.0 - truths) - pos) * known

@@ -1,0 +1,61 @@
+"""`bert-pipes distill ...`: teachers trained apart annotate a one-pass student's corpora."""
+
+from pathlib import Path
+from typing import Dict, List
+
+import typer
+
+from ..multitask.distill import DistillError, distill, load_teacher
+from .common import app, fail
+
+
+def _pairs(values: List[str], option: str) -> Dict[str, str]:
+    pairs: Dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            fail(f"{option} {value!r}: expected NAME=PATH")
+        if name in pairs:
+            fail(f"{option} {value!r}: {name!r} is given twice")
+        pairs[name] = path
+    return pairs
+
+
+@app.command("distill")
+def distill_cli(
+    output_dir: Path = typer.Argument(
+        ..., help="Where to write <source>.spacy and distill.json", file_okay=False
+    ),
+    source: List[str] = typer.Option(
+        ..., "--source", help="NAME=PATH of a training corpus (.spacy); repeat for each"
+    ),
+    teacher: List[str] = typer.Option(
+        ...,
+        "--teacher",
+        help="COMPONENT=PIPELINE: a pipeline trained apart (one bert_textcat, bert_ner or "
+        "bert_qa) that teaches the student's COMPONENT; repeat for each",
+    ),
+    batch_size: int = typer.Option(64, help="Docs per teacher batch", min=1),
+    gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to run the teachers on (-1: CPU)"),
+) -> None:
+    """Give every training doc every head's annotation: each teacher annotates the
+    docs of every source that lack its head's (soft class probabilities for a
+    classifier, entities, slot answers); gold annotation is kept. Train the student
+    on OUTPUT_DIR/<source>.spacy (docs/multitask.md, "Distillation")."""
+    if gpu_id >= 0:
+        import spacy
+
+        spacy.require_gpu(gpu_id)
+    sources = {name: Path(path) for name, path in _pairs(source, "--source").items()}
+    try:
+        teachers = [
+            load_teacher(name, Path(path)) for name, path in _pairs(teacher, "--teacher").items()
+        ]
+        summary = distill(sources, teachers, output_dir, batch_size=batch_size)
+    except DistillError as err:
+        fail(str(err))
+    for name, entry in summary.items():
+        done = ", ".join(f"{component} {n}" for component, n in entry.annotated.items())
+        typer.echo(
+            f"{output_dir / (name + '.spacy')}: {entry.docs} docs; teacher-annotated: {done}"
+        )

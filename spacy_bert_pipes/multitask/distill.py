@@ -1,0 +1,217 @@
+"""Distillation: heads trained apart annotate the docs a one-pass student lacks gold for.
+
+Multi-task training on several corpora gives each head only its own corpus's docs.
+A distilled corpus gives every head every doc: each teacher (a pipeline trained
+apart, e.g. the workflow's `training/textcat/model-last`) annotates the docs of
+every source that have no annotation for its head, and the student
+(`configs/multitask.cfg` on the distilled corpora) learns gold where it exists and
+the teachers' outputs everywhere else:
+
+- a `bert_textcat` teacher: its probabilities for all its labels, as soft targets
+  of the student component it is named for (`doc._.bert_pipes_targets`, see
+  `targets.py`; `doc.cats` keeps the gold labels of one classifier only);
+- a `bert_ner` teacher: its entities, as the doc's entities (every other token is
+  outside an entity);
+- a `bert_qa` teacher: its best answer to each of its questions, or the null
+  answer, as `doc._.gold_answers` (its questions in `doc._.questions`).
+
+A doc that has gold annotation for a head keeps it. There is no teacher annealing:
+gold and teacher targets are not mixed on one doc.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from spacy.language import Language
+from spacy.tokens import Doc, DocBin, Span
+
+from ..loading import PipelineLoadError, load_pipeline
+from .targets import set_soft_targets, soft_targets
+
+KINDS = ("textcat", "ner", "qa")
+SUMMARY = "distill.json"
+
+
+class DistillError(ValueError):
+    """A teacher or a source cannot be used."""
+
+
+@dataclass
+class Teacher:
+    """A pipeline trained apart that teaches one student component.
+
+    component (str): The student component it teaches (textcat targets are keyed by it).
+    path (Path): The teacher pipeline.
+    nlp (Language): The loaded teacher.
+    head (str): The teacher's own bert_textcat, bert_ner or bert_qa.
+    kind (str): "textcat", "ner" or "qa".
+    """
+
+    component: str
+    path: Path
+    nlp: Language
+    head: str
+    kind: str
+
+    @property
+    def pipe(self) -> Any:
+        """The teacher's head (a BertTextCategorizer, BertEntityRecognizer or
+        BertQuestionAnswerer)."""
+        return self.nlp.get_pipe(self.head)
+
+    def lacks(self, doc: Doc) -> bool:
+        """Whether `doc` has no annotation of this teacher's head (gold or earlier
+        teacher targets), so that the teacher should annotate it."""
+        if self.kind == "textcat":
+            labels = self.pipe.labels
+            return not any(label in doc.cats for label in labels) and (
+                soft_targets(doc, self.component) is None
+            )
+        if self.kind == "ner":
+            return not doc.has_annotation("ENT_IOB")
+        return not doc._.get("gold_answers")
+
+
+@dataclass
+class SourceSummary:
+    docs: int = 0
+    annotated: Dict[str, int] = field(default_factory=dict)
+
+
+def _kind(pipe: Any) -> Optional[str]:
+    from ..pipeline.ner import BertEntityRecognizer
+    from ..pipeline.qa import BertQuestionAnswerer
+    from ..pipeline.textcat import BertTextCategorizer
+
+    for kind, cls in (
+        ("textcat", BertTextCategorizer),
+        ("ner", BertEntityRecognizer),
+        ("qa", BertQuestionAnswerer),
+    ):
+        if isinstance(pipe, cls):
+            return kind
+    return None
+
+
+def load_teacher(component: str, path: Path) -> Teacher:
+    """Load a teacher pipeline, which must hold exactly one bert_textcat, bert_ner
+    or bert_qa."""
+    try:
+        nlp = load_pipeline(path)
+    except PipelineLoadError as err:
+        raise DistillError(f"teacher {component}={path}: {err}") from err
+    heads = [(name, kind) for name, pipe in nlp.pipeline if (kind := _kind(pipe)) is not None]
+    if len(heads) != 1:
+        found = ", ".join(name for name, _ in heads) or "none"
+        raise DistillError(
+            f"teacher {component}={path}: a teacher is a pipeline with one bert_textcat, "
+            f"bert_ner or bert_qa (found: {found})"
+        )
+    head, kind = heads[0]
+    return Teacher(component=component, path=path, nlp=nlp, head=head, kind=kind)
+
+
+def _teacher_doc(teacher: Teacher, doc: Doc) -> Doc:
+    """The doc's tokens as a new doc of the teacher's vocab, so that the teacher's
+    token indices are the doc's."""
+    words = [token.text for token in doc]
+    spaces = [bool(token.whitespace_) for token in doc]
+    return Doc(teacher.nlp.vocab, words=words, spaces=spaces)
+
+
+def _annotate(teacher: Teacher, docs: Sequence[Doc], batch_size: int) -> None:
+    """Write the teacher's outputs into `docs` (the reference docs of a source)."""
+    predicted = teacher.nlp.pipe(
+        (_teacher_doc(teacher, doc) for doc in docs), batch_size=batch_size
+    )
+    for doc, out in zip(docs, predicted):
+        if teacher.kind == "textcat":
+            labels = teacher.pipe.labels
+            set_soft_targets(doc, teacher.component, {label: out.cats[label] for label in labels})
+        elif teacher.kind == "ner":
+            ents = [Span(doc, e.start, e.end, label=e.label_) for e in out.ents]
+            doc.set_ents(ents, default="outside")
+        else:
+            _set_answers(teacher, doc, out)
+
+
+def _set_answers(teacher: Teacher, doc: Doc, out: Doc) -> None:
+    questions = dict(teacher.pipe.cfg["questions"])
+    best: Dict[str, Dict[str, Any]] = {}
+    for answer in out._.get("answers") or []:
+        if answer.get("component", teacher.head) != teacher.head:
+            continue
+        key = answer["key"]
+        if key not in best or answer.get("score", 0.0) > best[key].get("score", 0.0):
+            best[key] = answer
+    gold: Dict[str, List[Dict[str, Any]]] = {}
+    for key in questions:
+        answer = best.get(key)
+        if answer is None or answer.get("start") is None:
+            gold[key] = []  # the null answer
+        else:
+            start, end = int(answer["start"]), int(answer["end"])
+            gold[key] = [{"text": doc.text[start:end], "start": start, "end": end}]
+    doc._.questions = {**(doc._.get("questions") or {}), **questions}
+    doc._.gold_answers = gold
+
+
+def _read(path: Path, vocab: Any) -> List[Doc]:
+    if not path.exists():
+        raise DistillError(f"source {path}: no such file")
+    try:
+        return list(DocBin().from_disk(path).get_docs(vocab))
+    except (OSError, ValueError, KeyError) as err:
+        raise DistillError(f"source {path}: not a .spacy file ({err})") from err
+
+
+def distill(
+    sources: Dict[str, Path],
+    teachers: Sequence[Teacher],
+    output_dir: Path,
+    *,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> Dict[str, SourceSummary]:
+    """Write each source, annotated by the teachers where it lacks annotation, to
+    OUTPUT_DIR/<source>.spacy, and a summary to OUTPUT_DIR/distill.json.
+
+    RETURNS: per source, its docs and how many each teacher annotated.
+    """
+    from ..progress import progress_bar
+
+    if not teachers:
+        raise DistillError("no teachers: give at least one COMPONENT=PIPELINE")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    vocab = teachers[0].nlp.vocab
+    summary: Dict[str, SourceSummary] = {}
+    for name, path in sources.items():
+        docs = _read(Path(path), vocab)
+        entry = summary[name] = SourceSummary(docs=len(docs))
+        for teacher in teachers:
+            todo = [doc for doc in docs if teacher.lacks(doc)]
+            entry.annotated[teacher.component] = len(todo)
+            bar = progress_bar(
+                len(todo), 0, unit="doc", desc=f"{name}: {teacher.component}", disable=not progress
+            )
+            with bar:
+                for chunk in _chunks(todo, batch_size * 8):
+                    _annotate(teacher, chunk, batch_size)
+                    bar.update(len(chunk))
+        DocBin(docs=docs, store_user_data=True).to_disk(output_dir / f"{name}.spacy")
+    record = {
+        "sources": {n: str(p) for n, p in sources.items()},
+        "teachers": {
+            t.component: {"path": str(t.path), "head": t.head, "kind": t.kind} for t in teachers
+        },
+        "annotated": {n: {"docs": s.docs, **s.annotated} for n, s in summary.items()},
+    }
+    (output_dir / SUMMARY).write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
+    return summary
+
+
+def _chunks(items: List[Doc], size: int) -> Iterator[List[Doc]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
