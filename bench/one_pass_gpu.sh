@@ -15,6 +15,10 @@
 # of the script on a CPU: GPU=-1 STEPS_DIVISOR=100). ANCHORS="0 0.5 2" trains one
 # one-pass pipeline per bert_encoder vector_anchor weight (the timing uses the
 # first); APART=0 leaves out the heads apart, the assembled pipeline and the timing.
+# DISTILL=1 (needs APART=1) also distills the four training corpora with the heads
+# apart as teachers (`bert-pipes distill`) once they are trained, and trains and
+# scores the one-pass pipeline on the distilled corpora (`multitask_distilled`, with
+# the first anchor weight).
 set -u
 PY=${PY:-python3}
 GPU=${GPU:-0}
@@ -26,6 +30,7 @@ DIV=${STEPS_DIVISOR:-1}
 THREADS=${THREADS:-8}
 ANCHORS=${ANCHORS:-0.5}
 APART=${APART:-1}
+DISTILL=${DISTILL:-0}
 mkdir -p "$WORK" "$OUT"
 
 steps() { echo $(( ($1 + DIV - 1) / DIV )); }
@@ -45,40 +50,68 @@ evaluate() {  # NAME MODEL TEST
 
 C=$CORPUS
 echo "start $(date +%T)"
-if [ "$APART" = 1 ]; then
-    train textcat configs/textcat.cfg 200 20 --paths.train $C/banking77/train.spacy \
-        --paths.dev $C/banking77/dev.spacy --components.bert_textcat.model.encoder.precision fp32 &
-    train multilabel configs/textcat_multilabel.cfg 200 20 \
-        --paths.train $C/nluplusplus/train.spacy --paths.dev $C/nluplusplus/dev.spacy &
-    train ner configs/ner.cfg 200 20 --paths.train $C/conll2003/train.spacy \
-        --paths.dev $C/conll2003/dev.spacy &
-    train qa_slots configs/qa_slots.cfg 60 6 --paths.train $C/restaurant8k/train.spacy \
-        --paths.dev $C/restaurant8k/dev.spacy &
-fi
 EPOCH=$(( 21728 / DIV ))
-for a in $ANCHORS; do
-    train multitask_$a configs/multitask.cfg 679 68 \
-        --paths.banking77_train $C/banking77/train.spacy \
-        --paths.banking77_dev $C/banking77/dev.spacy \
-        --paths.nluplusplus_train $C/nluplusplus/train.spacy \
+WEIGHTS="{\"banking77\": 6400, \"nluplusplus\": 6400, \"conll2003\": 7000, \"restaurant8k\": 1920}"
+multitask() {  # NAME ANCHOR TRAIN_DIR: the one-pass pipeline on the corpora in TRAIN_DIR
+    local t=$3
+    train "$1" configs/multitask.cfg 679 68 \
+        --paths.banking77_train $t/banking77/train.spacy --paths.banking77_dev $C/banking77/dev.spacy \
+        --paths.nluplusplus_train $t/nluplusplus/train.spacy \
         --paths.nluplusplus_dev $C/nluplusplus/dev.spacy \
-        --paths.conll2003_train $C/conll2003/train.spacy \
-        --paths.conll2003_dev $C/conll2003/dev.spacy \
-        --paths.restaurant8k_train $C/restaurant8k/train.spacy \
+        --paths.conll2003_train $t/conll2003/train.spacy --paths.conll2003_dev $C/conll2003/dev.spacy \
+        --paths.restaurant8k_train $t/restaurant8k/train.spacy \
         --paths.restaurant8k_dev $C/restaurant8k/dev.spacy \
-        --components.bert_encoder.vector_anchor "$a" --corpora.train.epoch_size $EPOCH \
-        --corpora.train.weights "{\"banking77\": 6400, \"nluplusplus\": 6400, \"conll2003\": 7000, \"restaurant8k\": 1920}" &
+        --components.bert_encoder.vector_anchor "$2" --corpora.train.epoch_size $EPOCH \
+        --corpora.train.weights "$WEIGHTS"
+}
+distilled() {  # the teachers' corpora, then the one-pass pipeline trained on them
+    local d=$WORK/distilled
+    $PY -m spacy_bert_pipes distill "$d" --gpu-id "$GPU" \
+        --source banking77=$C/banking77/train.spacy --source nluplusplus=$C/nluplusplus/train.spacy \
+        --source conll2003=$C/conll2003/train.spacy \
+        --source restaurant8k=$C/restaurant8k/train.spacy \
+        --teacher intents=$WORK/textcat/model-last --teacher nluplusplus=$WORK/multilabel/model-last \
+        --teacher bert_ner=$WORK/ner/model-last --teacher slots=$WORK/qa_slots/model-last \
+        >"$OUT/distill.log" 2>&1
+    echo "distilled: exit $? at $(date +%T)"
+    cp "$d/distill.json" "$OUT/" 2>/dev/null
+    for n in banking77 nluplusplus conll2003 restaurant8k; do
+        mkdir -p "$d/$n" && mv "$d/$n.spacy" "$d/$n/train.spacy"
+    done
+    set -- $ANCHORS
+    multitask multitask_distilled "$1" "$d"
+}
+if [ "$APART" = 1 ]; then
+    (
+        train textcat configs/textcat.cfg 200 20 --paths.train $C/banking77/train.spacy \
+            --paths.dev $C/banking77/dev.spacy \
+            --components.bert_textcat.model.encoder.precision fp32 &
+        train multilabel configs/textcat_multilabel.cfg 200 20 \
+            --paths.train $C/nluplusplus/train.spacy --paths.dev $C/nluplusplus/dev.spacy &
+        train ner configs/ner.cfg 200 20 --paths.train $C/conll2003/train.spacy \
+            --paths.dev $C/conll2003/dev.spacy &
+        train qa_slots configs/qa_slots.cfg 60 6 --paths.train $C/restaurant8k/train.spacy \
+            --paths.dev $C/restaurant8k/dev.spacy &
+        wait
+        if [ "$DISTILL" = 1 ]; then distilled; fi
+    ) &
+fi
+for a in $ANCHORS; do
+    multitask multitask_$a "$a" "$C" &
 done
 wait
+RUNS=""
+for a in $ANCHORS; do RUNS="$RUNS multitask_$a"; done
+if [ "$DISTILL" = 1 ]; then RUNS="$RUNS multitask_distilled"; fi
 
-for a in $ANCHORS; do
-    M=$WORK/multitask_$a/model-last
+for r in $RUNS; do
+    M=$WORK/$r/model-last
     $PY bench/mteb_banking77.py --pipeline "$M" --precision fp32 --threads "$THREADS" \
-        --data "$DATA" --output "$OUT/mteb_one_pass_$a.json" >"$OUT/mteb_one_pass_$a.log" 2>&1 &
-    evaluate multitask_${a}_banking77 "$M" $C/banking77/test.spacy &
-    evaluate multitask_${a}_nluplusplus "$M" $C/nluplusplus/test.spacy &
-    evaluate multitask_${a}_conll2003 "$M" $C/conll2003/test.spacy &
-    evaluate multitask_${a}_restaurant8k "$M" $C/restaurant8k/test.spacy &
+        --data "$DATA" --output "$OUT/mteb_$r.json" >"$OUT/mteb_$r.log" 2>&1 &
+    evaluate ${r}_banking77 "$M" $C/banking77/test.spacy &
+    evaluate ${r}_nluplusplus "$M" $C/nluplusplus/test.spacy &
+    evaluate ${r}_conll2003 "$M" $C/conll2003/test.spacy &
+    evaluate ${r}_restaurant8k "$M" $C/restaurant8k/test.spacy &
 done
 if [ "$APART" = 1 ]; then
     $PY bench/mteb_banking77.py --precision fp32 --threads "$THREADS" --data "$DATA" \
