@@ -1,4 +1,9 @@
-"""`bert_ner`: named entities as BERT token tagging, with a confidence per entity."""
+"""`bert_ner`: named entities as BERT token tagging, with a confidence per entity.
+
+One concept: the `bert_ner` pipe, from its factory and settings through training
+to the entities it writes on Docs; joining training sentences lives in
+`joined.py`, tagging schemes and decoding in `models/tags.py`.
+"""
 
 import random
 from typing import (
@@ -46,6 +51,7 @@ from .common import (
     own_encoder,
     train_step,
 )
+from .joined import joined_examples
 from .settings import ConfiguredPipe
 
 DEFAULT_NER_MODEL = """
@@ -504,47 +510,6 @@ class BertEntityRecognizer(ConfiguredPipe):
             return {}
         spans_key = self.cfg["spans_key"] if self.cfg["annotate"] == "spans" else None
         return self.scorer(examples, spans_key=spans_key)
-
-
-def joined_examples(
-    examples: Sequence[Example], max_run: int, randint: Callable[[int, int], int]
-) -> List[Example]:
-    """The examples joined, in order, in runs of 1 to `max_run` (`randint(1, max_run)`,
-    spaCy's training seeds Python's `random`):
-    each run's predicted docs become one doc of their words and spaces only (a
-    space between them, no sentence boundaries, like raw text), its reference docs
-    one doc with their entities and span groups. Examples whose predicted doc is
-    empty or has sentence boundaries (read as they are at prediction) stay alone."""
-    out: List[Example] = []
-    run: List[Example] = []
-    size = randint(1, max_run)
-    for eg in examples:
-        if len(eg.predicted) == 0 or eg.predicted.has_annotation("SENT_START"):
-            out.extend(_join_run(run) + [eg])
-            run = []
-            continue
-        run.append(eg)
-        if len(run) >= size:
-            out.extend(_join_run(run))
-            run = []
-            size = randint(1, max_run)
-    return out + _join_run(run)
-
-
-def _join_run(run: List[Example]) -> List[Example]:
-    if len(run) <= 1:
-        return run
-    words: List[str] = []
-    spaces: List[bool] = []
-    for eg in run:
-        words.extend(token.text for token in eg.predicted)
-        spaces.extend(bool(token.whitespace_) for token in eg.predicted)
-        # a space before the next doc, as `Doc.from_docs(ensure_whitespace=True)` adds
-        spaces[-1] = spaces[-1] or not eg.predicted[-1].is_space
-    spaces[-1] = bool(run[-1].predicted[-1].whitespace_)
-    predicted = Doc(run[0].predicted.vocab, words=words, spaces=spaces)
-    reference = Doc.from_docs([eg.reference for eg in run], ensure_whitespace=True)
-    return [Example(predicted, reference)]
 
 
 def _spans_to_biluo(doc: Doc, spans: Sequence[Span]) -> List[str]:

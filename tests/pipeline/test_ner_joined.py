@@ -11,7 +11,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 
 from spacy_bert_pipes.pipeline import ner as ner_module
-from spacy_bert_pipes.pipeline.ner import joined_examples
+from spacy_bert_pipes.pipeline.joined import joined_examples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
