@@ -384,7 +384,10 @@ def forward(
     layout = layout_windows(_tokenized(model, docs), cls_id, sep_id, size, model.attrs["stride"])
     cases = layout.cases if hf_shim(model).uses_cases else None
     hidden, backprop_windows = run_windows(model, layout.windows, is_train, cases)
-    width = model.get_dim("nO")
+    # with branches (a head's own top layers) each branch's output follows the
+    # shared one: every row is (1 + number of branches) * the encoder's width
+    branch_names = list(hf_shim(model).module.branch_layers)
+    width = model.get_dim("nO") * (1 + len(branch_names))
     n_windows = len(layout.windows)
     # which padded transformer batch and row holds each window
     window_batch = numpy.zeros((n_windows,), dtype="int64")
@@ -422,28 +425,27 @@ def forward(
         cls = segment_sums(xp, cls_windows, layout.windows_per_doc) / counts
         sep = segment_sums(xp, sep_windows, layout.windows_per_doc) / counts
     bounds = layout.piece_bounds
-    encodings = [
-        DocEncoding(
-            cls=cls[i],
-            wordpieces=pieces[bounds[i] : bounds[i + 1]],
-            offsets=layout.offsets[i],
-            sep=sep[i],
-            batch=BatchSlice(pieces, bounds[i]),
-        )
-        for i in range(len(layout.offsets))
-    ]
+    encodings = _doc_encodings(xp, layout, cls, pieces, sep, branch_names)
 
     def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
         d_pieces = xp.zeros((len(layout.owner), width), dtype="f")
         d_cls = xp.zeros((len(d_encodings), width), dtype="f")
         has_grad = numpy.zeros((len(d_encodings),), dtype=bool)
+        part = width // (1 + len(branch_names))
         for i, d_enc in enumerate(d_encodings):
-            if d_enc.d_wordpieces is not None:
-                d_pieces[bounds[i] : bounds[i + 1]] += d_enc.d_wordpieces
-                has_grad[i] = True
-            if d_enc.d_cls is not None:
-                d_cls[i] += d_enc.d_cls
-                has_grad[i] = True
+            parts = [(0, d_enc)] + [
+                (1 + b, d_enc.branches[name])
+                for b, name in enumerate(branch_names)
+                if name in d_enc.branches
+            ]
+            for b, grad in parts:
+                columns = slice(b * part, (b + 1) * part)
+                if grad.d_wordpieces is not None:
+                    d_pieces[bounds[i] : bounds[i + 1], columns] += grad.d_wordpieces
+                    has_grad[i] = True
+                if grad.d_cls is not None:
+                    d_cls[i, columns] += grad.d_cls
+                    has_grad[i] = True
         # each window's [CLS] gets its doc's gradient over the doc's window count
         shares = xp.asarray(layout.windows_per_doc[layout.doc_of_window], dtype="f")[:, None]
         d_cls_windows = d_cls[xp.asarray(layout.doc_of_window)] / shares
@@ -461,3 +463,43 @@ def forward(
         return []
 
     return encodings, backprop
+
+
+def _doc_encodings(
+    xp: Any,
+    layout: Any,
+    cls: Floats2d,
+    pieces: Floats2d,
+    sep: Floats2d,
+    branch_names: List[str],
+) -> List[DocEncoding]:
+    """One DocEncoding per doc from the merged rows of the whole batch; with
+    branches, the rows' first part is the shared encoding and each next part one
+    branch's (copied apart, so that every array is contiguous)."""
+    bounds = layout.piece_bounds
+    n_docs = len(layout.offsets)
+    parts: List[Tuple[Floats2d, Floats2d, Floats2d]] = [(cls, pieces, sep)]
+    if branch_names:
+        part = cls.shape[1] // (1 + len(branch_names))
+        parts = [
+            tuple(  # type: ignore[misc]
+                xp.ascontiguousarray(a[:, b * part : (b + 1) * part]) for a in (cls, pieces, sep)
+            )
+            for b in range(1 + len(branch_names))
+        ]
+
+    def encoding(i: int, b: int) -> DocEncoding:
+        b_cls, b_pieces, b_sep = parts[b]
+        return DocEncoding(
+            cls=b_cls[i],
+            wordpieces=b_pieces[bounds[i] : bounds[i + 1]],
+            offsets=layout.offsets[i],
+            sep=b_sep[i],
+            batch=BatchSlice(b_pieces, bounds[i]),
+        )
+
+    encodings = [encoding(i, 0) for i in range(n_docs)]
+    for b, name in enumerate(branch_names):
+        for i in range(n_docs):
+            encodings[i].branches[name] = encoding(i, 1 + b)
+    return encodings

@@ -175,6 +175,14 @@ class HFShim(Shim):
         self._tokenizer = tokenizer
         self._reduced = None
 
+    def add_branch(self, name: str, own_layers: int) -> None:
+        """Give the head `name` its own copy of the top `own_layers` layers
+        (`TransformerModule.add_branch`), on the module's device."""
+        module = self.module
+        module.add_branch(name, own_layers)
+        module.branches[name].to(self.device)
+        self._reduced = None
+
     @property
     def device(self) -> torch.device:
         # Asked several times per batch; walking the module for its first
@@ -386,6 +394,13 @@ class HFShim(Shim):
         if case_embeddings is not None:
             weight = case_embeddings.weight.detach().contiguous().cpu()
             msg["case_embeddings"] = save_safetensors({"weight": weight})
+        if len(self.module.branches):
+            branches = self.module.branches
+            weights = {k: v.detach().contiguous().cpu() for k, v in branches.state_dict().items()}
+            msg["branches"] = {
+                "layers": list(self.module.branch_layers.items()),
+                "weights": save_safetensors(weights),
+            }
         return srsly.msgpack_dumps(msg)
 
     def from_bytes(self, bytes_data: bytes) -> "HFShim":
@@ -420,7 +435,22 @@ class HFShim(Shim):
                 raise DamagedEncoderError("weights", f"case embeddings: {err}") from err
         # Saved without case embeddings but configured with them: they stay zero,
         # which is exactly the saved encoder.
+        if "branches" in msg:
+            self._branches_from_msg(msg["branches"])
         return self
+
+    def _branches_from_msg(self, msg: Any) -> None:
+        """Rebuild the saved branches (`to_bytes`), then give them their weights."""
+        try:
+            for name, own_layers in msg["layers"]:
+                if not isinstance(name, str) or not isinstance(own_layers, int):
+                    raise ValueError(f"not a branch name and layer count: {name!r}, {own_layers!r}")
+                self.module.add_branch(name, own_layers)
+            state = load_safetensors(msg["weights"])
+            self.module.branches.load_state_dict(state, strict=True)
+        except Exception as err:  # bad structure, safetensors' own errors, shapes
+            raise DamagedEncoderError("weights", f"branches: {err}") from err
+        self.module.branches.to(self.device)
 
 
 def _transformer_from_bytes(msg: Dict[str, Any]) -> torch.nn.Module:

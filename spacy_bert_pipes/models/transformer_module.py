@@ -3,8 +3,9 @@
 `TransformerModule` wraps the transformer with what our configs add to it: the
 hidden-state combination (`hidden_layers`), autocast in the configured precision
 and the optional casing embeddings added to the input embeddings.
-`set_frozen_layers` stops gradients for the bottom layers. `hf_shim.HFShim` holds
-one of these for thinc.
+`set_frozen_layers` stops gradients for the bottom layers. Branches
+(`branches.py`) are heads' own copies of the top layers, run on the shared
+layers' output in the same call. `hf_shim.HFShim` holds one of these for thinc.
 """
 
 import inspect
@@ -12,6 +13,7 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 
+from .branches import copy_top_layers, run_branch
 from .casing import N_CASE_CLASSES
 from .precision import PRECISION_CHOICES, PRECISIONS, resolve_precision
 
@@ -56,6 +58,26 @@ class TransformerModule(torch.nn.Module):
             embedding = torch.nn.Embedding(N_CASE_CLASSES, int(config.hidden_size))
             torch.nn.init.zeros_(embedding.weight)
             self.case_embeddings = embedding
+        # name -> a copy of the top layers that one head owns (`add_branch`); their
+        # outputs follow the shared output in `forward`'s last dimension, in this order
+        self.branches = torch.nn.ModuleDict()
+
+    def add_branch(self, name: str, own_layers: int) -> None:
+        """Give the head `name` its own copy of the top `own_layers` layers, run on
+        the output of the layers below them (replacing a branch of that name)."""
+        if self.hidden_layers != "last":
+            raise ValueError(
+                f"own_layers needs hidden_layers = 'last' in the shared encoder, "
+                f"not {self.hidden_layers!r}"
+            )
+        if not name or "." in name:
+            raise ValueError(f"A branch needs a component name without '.': {name!r}")
+        self.branches[name] = copy_top_layers(self.transformer, own_layers)
+
+    @property
+    def branch_layers(self) -> Dict[str, int]:
+        """How many top layers each branch owns, in output order."""
+        return {name: len(branch.layer) for name, branch in self.branches.items()}
 
     def inputs(
         self, input_ids: torch.Tensor, case_ids: Optional[torch.Tensor] = None
@@ -92,7 +114,9 @@ class TransformerModule(torch.nn.Module):
         case_ids: Optional[torch.Tensor] = None,
         precision: Optional[str] = None,
     ) -> torch.Tensor:
-        """precision: the autocast precision of this call (default: the module's)."""
+        """precision: the autocast precision of this call (default: the module's).
+        With branches, each branch's output follows the shared one in the last
+        dimension: (batch, length, width * (1 + number of branches))."""
         # input_ids, attention_mask, token_type_ids, case_ids: (batch, length)
         kwargs: Dict[str, torch.Tensor] = {"attention_mask": attention_mask}
         if self.uses_token_types:
@@ -103,7 +127,14 @@ class TransformerModule(torch.nn.Module):
             device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
         ):
             kwargs.update(self.inputs(input_ids, case_ids))
-            if self.hidden_layers == "last":
+            if len(self.branches):
+                states = self.transformer(**kwargs, output_hidden_states=True).hidden_states
+                outputs = [states[-1]] + [
+                    run_branch(branch, states[-1 - len(branch.layer)], attention_mask)
+                    for branch in self.branches.values()
+                ]
+                hidden = torch.cat([out.float() for out in outputs], dim=-1)
+            elif self.hidden_layers == "last":
                 hidden = self.transformer(**kwargs).last_hidden_state
             else:
                 states = self.transformer(**kwargs, output_hidden_states=True).hidden_states

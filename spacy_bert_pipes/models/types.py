@@ -33,6 +33,8 @@ class DocEncoding:
         `cls` and `wordpieces` it makes up every position sentence-transformers'
         mean pooling averages (see `models/pooling.py`). None from encoders that do
         not record it. (width,)
+    branches (Dict[str, DocEncoding]): The same doc through each branch, a head's
+        own top layers (`models/branches.py`), by the name of the head it serves.
     """
 
     cls: Floats1d
@@ -40,15 +42,22 @@ class DocEncoding:
     offsets: Ints2d
     sep: Optional[Floats1d] = None
     batch: Optional[BatchSlice] = field(default=None, repr=False, compare=False)
+    branches: Dict[str, "DocEncoding"] = field(default_factory=dict, repr=False)
 
     @property
     def width(self) -> int:
         return int(self.cls.shape[0])
 
     def to_dict(self) -> Dict[str, Any]:
-        msg = {"cls": self.cls, "wordpieces": self.wordpieces, "offsets": self.offsets}
+        msg: Dict[str, Any] = {
+            "cls": self.cls,
+            "wordpieces": self.wordpieces,
+            "offsets": self.offsets,
+        }
         if self.sep is not None:
             msg["sep"] = self.sep
+        if self.branches:
+            msg["branches"] = {name: enc.to_dict() for name, enc in self.branches.items()}
         return msg
 
     @classmethod
@@ -58,15 +67,31 @@ class DocEncoding:
             wordpieces=msg["wordpieces"],
             offsets=msg["offsets"],
             sep=msg.get("sep"),
+            branches={
+                name: cls.from_dict(enc) for name, enc in (msg.get("branches") or {}).items()
+            },
         )
 
 
 # Backprop callback of an encoder: gradients per doc for the [CLS] vector and
-# (optionally) the wordpiece vectors.
+# (optionally) the wordpiece vectors, and those of the doc's branches by name.
 @dataclass
 class DocEncodingGrad:
     d_cls: Optional[Floats1d] = None
     d_wordpieces: Optional[Floats2d] = None
+    branches: Dict[str, "DocEncodingGrad"] = field(default_factory=dict)
+
+    def add(self, other: "DocEncodingGrad") -> None:
+        """Sum `other` into these gradients (a new array where one is added)."""
+        if other.d_cls is not None:
+            self.d_cls = other.d_cls if self.d_cls is None else self.d_cls + other.d_cls
+        if other.d_wordpieces is not None:
+            if self.d_wordpieces is None:
+                self.d_wordpieces = other.d_wordpieces
+            else:
+                self.d_wordpieces = self.d_wordpieces + other.d_wordpieces
+        for name, grad in other.branches.items():
+            self.branches.setdefault(name, DocEncodingGrad()).add(grad)
 
 
 EncoderBackprop = Callable[[List[DocEncodingGrad]], List[Any]]

@@ -1,6 +1,6 @@
 """`bert_encoder`: one encoder pass shared by several heads (listeners)."""
 
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, cast
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, cast
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -9,6 +9,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
 from ..models.anchor import anchor_loss
+from ..models.encoder import hf_shim, is_loaded
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
@@ -55,16 +56,6 @@ def make_bert_encoder(
     return BertEncoderPipe(nlp.vocab, model, name=name, vector_anchor=vector_anchor)
 
 
-def _add_grads(total: DocEncodingGrad, new: DocEncodingGrad) -> None:
-    if new.d_cls is not None:
-        total.d_cls = new.d_cls if total.d_cls is None else total.d_cls + new.d_cls
-    if new.d_wordpieces is not None:
-        if total.d_wordpieces is None:
-            total.d_wordpieces = new.d_wordpieces
-        else:
-            total.d_wordpieces = total.d_wordpieces + new.d_wordpieces
-
-
 def _as_listener(listener: Model) -> EncoderListener:
     # add_listener accepts any Model (spaCy's protocol); only EncoderListeners receive.
     if not isinstance(listener, EncoderListener):
@@ -104,6 +95,8 @@ class BertEncoderPipe(ConfiguredPipe):
         self.listener_map.setdefault(component_name, [])
         if listener not in self.listener_map[component_name]:
             self.listener_map[component_name].append(listener)
+        if listener.attrs.get("own_layers"):  # its branch goes by the component's name
+            listener.attrs["branch"] = component_name
         if self.model.has_dim("nO") and listener.has_dim("nO") is None:
             listener.set_dim("nO", self.model.get_dim("nO"))
 
@@ -160,7 +153,7 @@ class BertEncoderPipe(ConfiguredPipe):
 
         def accumulate_gradient(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
             for t, d in zip(total, d_encodings):
-                _add_grads(t, d)
+                t.add(d)
             return []
 
         def backprop(d_encodings: List[DocEncodingGrad]) -> List[Doc]:
@@ -175,7 +168,7 @@ class BertEncoderPipe(ConfiguredPipe):
             teacher = self._anchor_teacher()
             anchor, grads = anchor_loss(outputs, teacher.predict(docs), weight)
             for t, g in zip(total, grads):
-                _add_grads(t, g)
+                t.add(g)
             losses[self.name] += anchor
         batch_id = EncoderListener.get_batch_id(docs)
         listeners = self.listeners
@@ -204,12 +197,39 @@ class BertEncoderPipe(ConfiguredPipe):
         """
         validate_get_examples(get_examples, "BertEncoderPipe.initialize")
         load_encoder(self.model, encoder_loader, self.name)
+        for component, listener in self._branched_listeners():
+            hf_shim(self.model).add_branch(component, int(listener.attrs["own_layers"]))
         learn_encoder_context(self.model, get_examples())
         self.model.initialize()
         self._teacher = None  # vector_anchor: copied from these weights in training
         width = self.model.get_dim("nO")
         for listener in self.listeners:
             listener.set_dim("nO", width, force=True)
+
+    def _branched_listeners(self) -> List[Tuple[str, Model]]:
+        """(component, listener) of each listener that owns top layers."""
+        return [
+            (component, listener)
+            for component in self.listening_components
+            for listener in self.listener_map[component]
+            if listener.attrs.get("own_layers")
+        ]
+
+    def check_loaded(self) -> None:
+        """Every listener that owns top layers finds its branch, as deep as its
+        config says, in the loaded encoder."""
+        if not is_loaded(self.model):
+            return
+        saved = hf_shim(self.model).module.branch_layers
+        for component, listener in self._branched_listeners():
+            own = int(listener.attrs["own_layers"])
+            if saved.get(component) != own:
+                have = f"{saved[component]}" if component in saved else "none"
+                raise ValueError(
+                    f"[components.{component}] owns its top {own} encoder layers "
+                    f"(own_layers = {own}), but the saved {self.name} holds {have} for it: "
+                    "own_layers is fixed when the pipeline is trained"
+                )
 
     def _anchor_teacher(self) -> Model:
         """A frozen copy of the encoder as it is when training starts."""

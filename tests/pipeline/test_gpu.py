@@ -115,3 +115,28 @@ def test_qa_trains_on_gpu_and_loads_on_cpu(tiny_bert: Path, tmp_path: Path, gpu:
         keys = ("key", "text", "start", "end")
         assert [tuple(x[k] for k in keys) for x in a] == [tuple(x[k] for k in keys) for x in b]
         assert [x["score"] for x in a] == pytest.approx([x["score"] for x in b], abs=1e-4)
+
+
+def test_branched_head_trains_on_gpu_and_loads_on_cpu(
+    tiny_bert: Path, tmp_path: Path, gpu: None
+) -> None:
+    """A textcat that owns the top encoder layer beside a shared NER: trained on
+    the GPU in one transformer call per batch, the same predictions on the CPU."""
+    from test_encoder_branches import branched_nlp, examples_of
+
+    nlp = branched_nlp(tiny_bert)
+    examples = examples_of(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    for _ in range(40):
+        nlp.update(examples, sgd=optimizer)
+    texts = [t for t, _ in TRAIN_TEXTS] + ["", "word " * 300]
+    on_gpu = [doc.cats for doc in nlp.pipe(texts)]
+    for cats, (_, gold) in zip(on_gpu, TRAIN_TEXTS):
+        assert max(cats, key=cats.get) == gold
+    nlp.to_disk(tmp_path / "branched")
+    spacy.require_cpu()
+    on_cpu = [doc.cats for doc in spacy.load(tmp_path / "branched").pipe(texts)]
+    for a, b in zip(on_gpu, on_cpu):
+        for label in a:
+            assert a[label] == pytest.approx(b[label], abs=1e-4)

@@ -1,0 +1,127 @@
+"""A head that owns the encoder's top layers (EncoderListener.v3 own_layers)."""
+
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy
+import pytest
+import spacy
+import torch
+from helpers import (
+    SMALL_ENCODER,
+    TRAIN_TEXTS,
+    count_calls,
+    loader_config,
+    ner_examples,
+    textcat_examples,
+)
+from spacy.language import Language
+
+from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models.encoder import hf_shim
+
+
+def listener(own_layers: int = 0) -> Dict[str, Any]:
+    return {
+        "@architectures": "spacy-bert-pipes.EncoderListener.v3",
+        "upstream": "*",
+        "own_layers": own_layers,
+    }
+
+
+def branched_nlp(tiny_bert: Path, own_layers: int = 1) -> Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener(own_layers)}})
+    nlp.add_pipe("bert_ner", config={"model": {"encoder": listener(0)}})
+    nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+    return nlp
+
+
+def examples_of(nlp: Language) -> list:
+    return textcat_examples(nlp) + ner_examples(nlp)
+
+
+def module_of(nlp: Language) -> Any:
+    return hf_shim(nlp.get_pipe("bert_encoder").model).module
+
+
+def test_branch_starts_as_the_shared_top_layers(tiny_bert: Path) -> None:
+    """Before training, the head's own top layers compute what the shared ones do."""
+    nlp = branched_nlp(tiny_bert)
+    nlp.initialize(lambda: examples_of(nlp))
+    assert module_of(nlp).branch_layers == {"bert_textcat": 1}
+    # one padded batch: the short doc's padding must be masked in the branch too
+    docs = [nlp.make_doc("card late"), nlp.make_doc("the card arrived late yesterday " * 9)]
+    for encoding in nlp.get_pipe("bert_encoder").predict(docs):
+        branch = encoding.branches["bert_textcat"]
+        numpy.testing.assert_allclose(branch.wordpieces, encoding.wordpieces, atol=1e-5)
+        numpy.testing.assert_allclose(branch.cls, encoding.cls, atol=1e-5)
+
+
+def test_branch_trains_apart_in_one_call(tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One transformer call per batch; the textcat's loss moves its own top layer
+    and the layers below it, the NER's loss never reaches the textcat's top layer."""
+    nlp = branched_nlp(tiny_bert)
+    examples = examples_of(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    module = module_of(nlp)
+    before = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    calls = count_calls(monkeypatch, encoder_module, "run_windows")
+    with nlp.select_pipes(disable=["bert_textcat"]):
+        nlp.update(ner_examples(nlp), sgd=optimizer)
+    after_ner = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    branch_keys = [k for k in before if k.startswith("branches.")]
+    assert branch_keys
+    assert all(torch.equal(before[k], after_ner[k]) for k in branch_keys)
+    for _ in range(40):
+        nlp.update(examples, sgd=optimizer)
+    assert len(calls) == 41
+    trained = module.state_dict()
+    assert not all(torch.equal(after_ner[k], trained[k]) for k in branch_keys)
+    # the shared top layer and the branch's copy of it have parted
+    top = len(module.transformer.encoder.layer) - 1
+    shared = trained[f"transformer.encoder.layer.{top}.output.dense.weight"]
+    own = trained["branches.bert_textcat.layer.0.output.dense.weight"]
+    assert not torch.equal(shared, own)
+    calls.clear()
+    docs = list(nlp.pipe([t for t, _ in TRAIN_TEXTS], batch_size=len(TRAIN_TEXTS)))
+    assert len(calls) == 1
+    for doc, (_, gold) in zip(docs, TRAIN_TEXTS):
+        assert max(doc.cats, key=doc.cats.get) == gold
+
+
+def test_branched_pipeline_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = branched_nlp(tiny_bert)
+    examples = examples_of(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    texts = [t for t, _ in TRAIN_TEXTS] + ["", "word " * 100]
+    before = [(doc.cats, [e.text for e in doc.ents]) for doc in nlp.pipe(texts)]
+    nlp.to_disk(tmp_path / "branched")
+    loaded = spacy.load(tmp_path / "branched")
+    assert module_of(loaded).branch_layers == {"bert_textcat": 1}
+    after = [(doc.cats, [e.text for e in doc.ents]) for doc in loaded.pipe(texts)]
+    for (cats_a, ents_a), (cats_b, ents_b) in zip(before, after):
+        assert ents_a == ents_b
+        for label in cats_a:
+            assert cats_b[label] == pytest.approx(cats_a[label], abs=1e-5)
+
+
+def test_own_layers_changed_at_load_is_a_clear_error(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = branched_nlp(tiny_bert)
+    nlp.initialize(lambda: examples_of(nlp))
+    nlp.to_disk(tmp_path / "branched")
+    override = {"components": {"bert_textcat": {"model": {"encoder": {"own_layers": 2}}}}}
+    with pytest.raises(ValueError, match=r"bert_textcat.*own_layers = 2.*holds 1"):
+        spacy.load(tmp_path / "branched", config=override)
+
+
+def test_own_layers_out_of_range(tiny_bert: Path) -> None:
+    nlp = branched_nlp(tiny_bert, own_layers=99)
+    with pytest.raises(ValueError, match="own_layers must be between 1 and"):
+        nlp.initialize(lambda: examples_of(nlp))
+    with pytest.raises(ValueError, match="own_layers must be >= 0"):
+        nlp.add_pipe("bert_textcat", name="other", config={"model": {"encoder": listener(-1)}})
