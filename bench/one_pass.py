@@ -10,7 +10,9 @@ collection by default: its rows without "questions"), alternating in one process
 counted (calls of `models.encoder.run_windows`, which each encoder and each
 question/context pass goes through once per batch) with the wordpieces it ran, so
 the result says how many encoder passes each pipeline makes per batch and how many
-wordpieces per doc, next to its docs/s and the ratio of the two. `--gpu-id N` runs
+wordpieces per doc (a forward that also runs heads' own top layers,
+`EncoderListener.v3`, counts 1 + own_layers / L passes), next to its docs/s and
+the ratio of the two. `--gpu-id N` runs
 both pipelines on CUDA device N (`spacy.require_gpu`); each timed run ends with a
 device synchronize.
 """
@@ -41,12 +43,17 @@ def read_texts(path: Path, limit: int) -> List[str]:
 
 
 def count_passes(nlp: Any, texts: List[str], batch_size: int) -> Dict[str, float]:
-    """Encoder forwards and wordpieces per batch of one `nlp.pipe` run."""
+    """Encoder forwards, full encoder passes (a forward counts 1 + own_layers / L
+    with branches) and wordpieces per batch of one `nlp.pipe` run."""
     calls: List[int] = []
+    passes: List[float] = []
     original = encoder_module.run_windows
 
     def counting(encoder: Any, windows: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(sum(len(ids) for ids, _ in windows))
+        module = encoder_module.hf_shim(encoder).module
+        n_layers = module.transformer.config.num_hidden_layers
+        passes.append(1 + sum(module.branch_layers.values()) / n_layers)
         return original(encoder, windows, *args, **kwargs)
 
     encoder_module.run_windows = counting  # type: ignore[assignment]
@@ -57,6 +64,7 @@ def count_passes(nlp: Any, texts: List[str], batch_size: int) -> Dict[str, float
     n_batches = -(-len(texts) // batch_size)
     return {
         "encoder_forwards_per_batch": len(calls) / n_batches,
+        "encoder_passes_per_batch": sum(passes) / n_batches,
         "wordpieces_per_doc": sum(calls) / len(texts),
     }
 
@@ -122,7 +130,8 @@ def main(
     output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
     for name, entry in result["pipelines"].items():
         typer.echo(
-            f"{name}: {entry['encoder_forwards_per_batch']:.1f} encoder forwards per batch, "
+            f"{name}: {entry['encoder_forwards_per_batch']:.1f} encoder forwards "
+            f"({entry['encoder_passes_per_batch']:.2f} passes) per batch, "
             f"{entry['wordpieces_per_doc']:.1f} wordpieces per doc, "
             f"{entry['docs_per_second']} docs/s"
         )

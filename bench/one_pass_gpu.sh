@@ -14,7 +14,11 @@
 # Writes logs and JSON results to $OUT. STEPS_DIVISOR shortens every run (a dry run
 # of the script on a CPU: GPU=-1 STEPS_DIVISOR=100). ANCHORS="0 0.5 2" trains one
 # one-pass pipeline per bert_encoder vector_anchor weight (the timing uses the
-# first); APART=0 leaves out the heads apart, the assembled pipeline and the timing.
+# first); BRANCHES="none intents=2 intents=3" trains one one-pass pipeline per
+# setting of the heads' own top layers (EncoderListener.v3 own_layers; "none": all
+# shared; "intents=2,slots=1": several heads), with the first anchor weight, named
+# multitask_<anchor>_<setting> ("intents-2_slots-1"); TIME_RUN names the run the timing uses (default:
+# the first). APART=0 leaves out the heads apart, the assembled pipeline and the timing.
 # DISTILL=1 (needs APART=1) also distills the four training corpora with the heads
 # apart as teachers (`bert-pipes distill`) once they are trained, and trains and
 # scores the one-pass pipeline on the distilled corpora (`multitask_distilled`, with
@@ -31,6 +35,7 @@ THREADS=${THREADS:-8}
 ANCHORS=${ANCHORS:-0.5}
 APART=${APART:-1}
 DISTILL=${DISTILL:-0}
+BRANCHES=${BRANCHES:-none}
 mkdir -p "$WORK" "$OUT"
 
 steps() { echo $(( ($1 + DIV - 1) / DIV )); }
@@ -52,9 +57,17 @@ C=$CORPUS
 echo "start $(date +%T)"
 EPOCH=$(( 21728 / DIV ))
 WEIGHTS="{\"banking77\": 6400, \"nluplusplus\": 6400, \"conll2003\": 7000, \"restaurant8k\": 1920}"
-multitask() {  # NAME ANCHOR TRAIN_DIR: the one-pass pipeline on the corpora in TRAIN_DIR
+own_layers() {  # SETTING ("none" or "intents=2,slots=1"): the overrides it makes
+    [ "$1" = none ] && return
+    local pair
+    for pair in ${1//,/ }; do
+        echo "--components.${pair%%=*}.model.encoder.own_layers ${pair#*=}"
+    done
+}
+multitask() {  # NAME ANCHOR TRAIN_DIR [BRANCH SETTING]: the one-pass pipeline on TRAIN_DIR
     local t=$3
-    train "$1" configs/multitask.cfg 679 68 \
+    # shellcheck disable=SC2046
+    train "$1" configs/multitask.cfg 679 68 $(own_layers "${4:-none}") \
         --paths.banking77_train $t/banking77/train.spacy --paths.banking77_dev $C/banking77/dev.spacy \
         --paths.nluplusplus_train $t/nluplusplus/train.spacy \
         --paths.nluplusplus_dev $C/nluplusplus/dev.spacy \
@@ -96,12 +109,20 @@ if [ "$APART" = 1 ]; then
         if [ "$DISTILL" = 1 ]; then distilled; fi
     ) &
 fi
+RUNS=""
 for a in $ANCHORS; do
     multitask multitask_$a "$a" "$C" &
+    RUNS="$RUNS multitask_$a"
+done
+set -- $ANCHORS
+for b in $BRANCHES; do
+    [ "$b" = none ] && continue
+    tag=${b//=/-}
+    tag=${tag//,/_}
+    multitask "multitask_$1_$tag" "$1" "$C" "$b" &
+    RUNS="$RUNS multitask_$1_$tag"
 done
 wait
-RUNS=""
-for a in $ANCHORS; do RUNS="$RUNS multitask_$a"; done
 if [ "$DISTILL" = 1 ]; then RUNS="$RUNS multitask_distilled"; fi
 
 for r in $RUNS; do
@@ -128,8 +149,8 @@ fi
 wait
 
 if [ "$APART" = 1 ]; then
-    set -- $ANCHORS
-    $PY bench/one_pass.py "$WORK/multitask_$1/model-last" "$WORK/assembled" \
+    set -- $RUNS
+    $PY bench/one_pass.py "$WORK/${TIME_RUN:-$1}/model-last" "$WORK/assembled" \
         --texts $C/collection.jsonl --limit 1000 --batch-size 64 --rounds 3 --gpu-id "$GPU" \
         --output "$OUT/one_pass.json" 2>&1 | tee "$OUT/one_pass.log"
 fi
