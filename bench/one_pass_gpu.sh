@@ -16,7 +16,8 @@
 # one-pass pipeline per bert_encoder vector_anchor weight (the timing uses the
 # first); BRANCHES="none intents=2 intents=3" trains one one-pass pipeline per
 # setting of the heads' own top layers (EncoderListener.v3 own_layers; "none": all
-# shared; "intents=2,slots=1": several heads), with the first anchor weight, named
+# shared, one run per anchor weight; "intents=2,slots=1": several heads), with the
+# first anchor weight, named
 # multitask_<anchor>_<setting> ("intents-2_slots-1"); TIME_RUN names the run the timing uses (default:
 # the first). APART=0 leaves out the heads apart, the assembled pipeline and the timing.
 # DISTILL=1 (needs APART=1) also distills the four training corpora with the heads
@@ -110,10 +111,12 @@ if [ "$APART" = 1 ]; then
     ) &
 fi
 RUNS=""
-for a in $ANCHORS; do
-    multitask multitask_$a "$a" "$C" &
-    RUNS="$RUNS multitask_$a"
-done
+case " $BRANCHES " in *" none "*)  # all heads on the whole shared encoder
+    for a in $ANCHORS; do
+        multitask multitask_$a "$a" "$C" &
+        RUNS="$RUNS multitask_$a"
+    done
+esac
 set -- $ANCHORS
 for b in $BRANCHES; do
     [ "$b" = none ] && continue
