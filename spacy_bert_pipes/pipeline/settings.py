@@ -19,7 +19,7 @@ from thinc.api import Model
 # Model attributes that record what happened, not what was configured: the
 # checkpoint an encoder's weights were loaded from, what `context = "auto"`
 # learned from the training docs, and the questions a SlotQAModel's rows answer.
-LEARNED_ATTRS = frozenset({"source", "learned_context", "slot_questions"})
+LEARNED_ATTRS = frozenset({"source", "learned_context", "learned_splitter", "slot_questions"})
 
 
 @contextlib.contextmanager

@@ -5,7 +5,12 @@ import spacy
 from spacy.tokens import Doc
 
 from spacy_bert_pipes.models.encoder import BertEncoderV2
-from spacy_bert_pipes.models.segments import effective_context, learn_context, segments
+from spacy_bert_pipes.models.segments import (
+    effective_context,
+    learn_context,
+    learned_splitter,
+    segments,
+)
 
 nlp = spacy.blank("en")
 
@@ -56,3 +61,50 @@ def test_sentences_without_boundaries_are_cut_by_rule_and_at_line_breaks() -> No
     assert texts_of(doc, "sentence") == [doc.text]
     assert texts_of(doc, "doc") == [doc.text]
     assert texts_of(nlp(""), "sentences") == [""]
+
+
+UNITS = [
+    "LONDON 1996-12-06",
+    "Japan beat Syria 2-1 on Friday .",
+    "Peter Blackburn",
+    "Plymouth 4 Exeter 1",
+    "Oleg Salenko scored twice in the second half .",
+    "PARIS 1996-08-22",
+]
+
+
+def test_sentence_level_training_docs_teach_a_splitter() -> None:
+    encoder = BertEncoderV2(context="auto")
+    assert learned_splitter(encoder) is None
+    learn_context(encoder, (nlp(text) for text in UNITS * 30))
+    splitter = learned_splitter(encoder)
+    assert splitter is not None
+    doc = nlp("ROME 1996-12-07 Italy beat Wales 3-0 on Sunday . Anna Smith")
+    # the rule cuts only after the full stop; the splitter also after the dateline
+    assert texts_of(doc, "sentences") == [
+        "ROME 1996-12-07 Italy beat Wales 3-0 on Sunday .",
+        "Anna Smith",
+    ]
+    assert [doc.text[s:e] for s, e in segments(doc, doc.text, "sentences", splitter)] == [
+        "ROME 1996-12-07",
+        "Italy beat Wales 3-0 on Sunday .",
+        "Anna Smith",
+    ]
+    # an explicit "sentence" context, or a doc with boundaries, ignores it
+    assert segments(doc, doc.text, "sentence", splitter) == [(0, len(doc.text))]
+
+
+def test_multi_sentence_training_docs_teach_no_splitter() -> None:
+    encoder = BertEncoderV2(context="auto")
+    learn_context(encoder, [nlp("John lives in Paris. He likes it.")] * 5)
+    assert encoder.attrs["learned_splitter"] is None
+    assert learned_splitter(encoder) is None
+
+
+def test_text_in_lines_is_cut_at_line_breaks_and_by_rule_not_the_splitter() -> None:
+    encoder = BertEncoderV2(context="auto")
+    learn_context(encoder, (nlp(text) for text in UNITS * 30))
+    doc = nlp("ROME 1996-12-07 Italy beat Wales 3-0 on Sunday .\nAnna Smith")
+    expected = ["ROME 1996-12-07 Italy beat Wales 3-0 on Sunday .", "Anna Smith"]
+    splitter = learned_splitter(encoder)
+    assert [doc.text[s:e] for s, e in segments(doc, doc.text, "sentences", splitter)] == expected

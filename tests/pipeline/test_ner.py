@@ -275,6 +275,12 @@ def test_default_context_follows_sentence_level_training_docs(
     assert loaded.get_pipe("bert_ner").model.get_ref("encoder").attrs["learned_context"] == (
         "sentence"
     )
+    # the sentence splitter learned from the training docs is saved with the model
+    splitter = model_encoder.attrs["learned_splitter"]
+    assert splitter is not None
+    assert loaded.get_pipe("bert_ner").model.get_ref("encoder").attrs["learned_splitter"] == (
+        splitter
+    )
     assert set(ents(loaded(" ".join(sentences)))) == expected
 
 
