@@ -20,6 +20,9 @@ CONTEXTS = ("doc", "sentence", "auto")
 # `context = "auto"` reads sentences apart when at least this share of the training
 # docs are one sentence each (by their own boundaries, or else spaCy's sentencizer).
 SENTENCE_LEVEL_SHARE = 0.9
+# A sentence splitter is learned from at least this many training docs; from fewer,
+# it would learn their words more than where units end, and the rule cuts better.
+SPLITTER_MIN_DOCS = 100
 
 
 # One rule-based sentencizer for every call (its predict reads, never writes, docs).
@@ -68,9 +71,10 @@ def learned_splitter(encoder: Model) -> Optional[Splitter]:
 def learn_context(encoder: Model, docs: Iterable[Doc]) -> None:
     """With `context = "auto"`, remember whether the training docs are sentences:
     at least SENTENCE_LEVEL_SHARE of them one sentence each (by their own
-    boundaries where they have them, else by spaCy's sentencizer). If they are,
-    also learn from them, read in order, where one ends and the next begins
-    (`learn_splitter`), to cut raw text into such units."""
+    boundaries where they have them, else by spaCy's sentencizer). If they are
+    (and there are SPLITTER_MIN_DOCS of them), also learn from them, read in
+    order, where one ends and the next begins (`learn_splitter`), to cut raw text
+    into such units."""
     if encoder.attrs.get("context") != "auto":
         return
     seen = []
@@ -83,7 +87,8 @@ def learn_context(encoder: Model, docs: Iterable[Doc]) -> None:
             n_single += len(_rule_sentences(doc)) <= 1
     single = len(seen) > 0 and n_single >= SENTENCE_LEVEL_SHARE * len(seen)
     encoder.attrs["learned_context"] = "sentence" if single else "doc"
-    encoder.attrs["learned_splitter"] = learn_splitter(seen).to_dict() if single else None
+    learn = single and len(seen) >= SPLITTER_MIN_DOCS
+    encoder.attrs["learned_splitter"] = learn_splitter(seen).to_dict() if learn else None
 
 
 def _rule_sentences(doc: Doc, splitter: Optional[Splitter] = None) -> List[Tuple[int, int]]:

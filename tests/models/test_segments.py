@@ -94,10 +94,13 @@ def test_sentence_level_training_docs_teach_a_splitter() -> None:
     assert segments(doc, doc.text, "sentence", splitter) == [(0, len(doc.text))]
 
 
-def test_multi_sentence_training_docs_teach_no_splitter() -> None:
+def test_multi_sentence_or_few_training_docs_teach_no_splitter() -> None:
     encoder = BertEncoderV2(context="auto")
-    learn_context(encoder, [nlp("John lives in Paris. He likes it.")] * 5)
+    learn_context(encoder, [nlp("John lives in Paris. He likes it.")] * 500)
     assert encoder.attrs["learned_splitter"] is None
+    assert learned_splitter(encoder) is None
+    learn_context(encoder, [nlp(text) for text in UNITS] * 16)  # 96 docs: too few
+    assert encoder.attrs["learned_context"] == "sentence"
     assert learned_splitter(encoder) is None
 
 

@@ -19,6 +19,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 
+from spacy_bert_pipes.models.segments import learned_splitter
 from spacy_bert_pipes.models.tags import is_valid, viterbi
 
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
@@ -275,13 +276,19 @@ def test_default_context_follows_sentence_level_training_docs(
     assert loaded.get_pipe("bert_ner").model.get_ref("encoder").attrs["learned_context"] == (
         "sentence"
     )
-    # the sentence splitter learned from the training docs is saved with the model
-    splitter = model_encoder.attrs["learned_splitter"]
-    assert splitter is not None
-    assert loaded.get_pipe("bert_ner").model.get_ref("encoder").attrs["learned_splitter"] == (
-        splitter
-    )
     assert set(ents(loaded(" ".join(sentences)))) == expected
+
+
+def test_learned_sentence_splitter_is_saved_with_the_model(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    nlp.initialize(lambda: ner_examples(nlp) * 20)  # enough docs to learn a splitter
+    splitter = nlp.get_pipe("bert_ner").model.get_ref("encoder").attrs["learned_splitter"]
+    assert splitter is not None
+    nlp.to_disk(tmp_path / "ner")
+    loaded = spacy.load(tmp_path / "ner")
+    encoder = loaded.get_pipe("bert_ner").model.get_ref("encoder")
+    assert encoder.attrs["learned_splitter"] == splitter
+    assert learned_splitter(encoder) is not None
 
 
 def test_default_context_stays_doc_for_multi_sentence_training_docs(tiny_bert: Path) -> None:
