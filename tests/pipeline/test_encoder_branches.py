@@ -29,9 +29,11 @@ def listener(own_layers: int = 0) -> Dict[str, Any]:
     }
 
 
-def branched_nlp(tiny_bert: Path, own_layers: int = 1) -> Language:
+def branched_nlp(
+    tiny_bert: Path, own_layers: int = 1, encoder: Dict[str, Any] = SMALL_ENCODER
+) -> Language:
     nlp = spacy.blank("en")
-    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_encoder", config={"model": encoder})
     nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener(own_layers)}})
     nlp.add_pipe("bert_ner", config={"model": {"encoder": listener(0)}})
     nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
