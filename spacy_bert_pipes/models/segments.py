@@ -94,15 +94,15 @@ def learn_context(encoder: Model, docs: Iterable[Doc]) -> None:
 def _rule_sentences(doc: Doc, splitter: Optional[Splitter] = None) -> List[Tuple[int, int]]:
     """The character spans of the sentences in `doc` (which is not changed), cut
     at line breaks (headlines, datelines and table rows stand on lines of their
-    own and often end without punctuation) and within each line where `splitter`
-    cuts that line read alone, or without one, where spaCy's rule-based
-    sentencizer does."""
+    own and often end without punctuation) and within lines by spaCy's rule-based
+    sentencizer. Text without line breaks, where such lines may have run
+    together, is cut where `splitter` cuts, when there is one."""
     breaks = [t.i + 1 for t in doc if t.is_space and "\n" in t.text and t.i + 1 < len(doc)]
-    if splitter is None:
+    if splitter is None or breaks:
         starts = list(_SENTENCIZER.predict([doc])[0])
     else:
         starts = [True] + [False] * (len(doc) - 1)
-        for i in splitter.starts(doc, breaks):
+        for i in splitter.starts(doc):
             starts[i] = True
     for i in breaks:
         starts[i] = True

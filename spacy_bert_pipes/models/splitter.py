@@ -19,7 +19,7 @@ model's attributes.
 """
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 import numpy
 from spacy.attrs import IS_SPACE, LOWER, PREFIX, SHAPE, SUFFIX
@@ -90,28 +90,17 @@ class Splitter:
         weights = numpy.frombuffer(data["weights"], dtype="<f4")  # read-only, no copy
         return cls(weights, float(data["bias"]), float(data["threshold"]))
 
-    def probabilities(
-        self, doc: Doc, lines: Sequence[int] = ()
-    ) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    def probabilities(self, doc: Doc) -> Tuple[numpy.ndarray, numpy.ndarray]:
         """The indices (into `doc`) of the non-space tokens that follow a gap, and
-        each gap's probability of being a sentence boundary. `lines`: the indices
-        of tokens that start a line; each line is read as a doc of its own (its
-        first gap is the one after its first token), so a line gets the cuts it
-        gets alone."""
+        each gap's probability of being a sentence boundary."""
         tokens, indices = _tokens(doc)
-        edges = numpy.searchsorted(indices, numpy.asarray(lines, dtype=int))
-        after: List[numpy.ndarray] = []
-        probs: List[numpy.ndarray] = []
-        for lo, hi in zip([0, *edges], [*edges, len(indices)]):
-            rows = _features(tokens[lo:hi], self.bits)  # (gaps, templates)
-            after.append(indices[lo + 1 : hi])
-            probs.append(_sigmoid(self.weights[rows].sum(axis=1) + self.bias))
-        return numpy.concatenate(after), numpy.concatenate(probs)
+        rows = _features(tokens, self.bits)
+        scores = self.weights[rows].sum(axis=1) + self.bias  # (gaps,)
+        return indices[1:], _sigmoid(scores)
 
-    def starts(self, doc: Doc, lines: Sequence[int] = ()) -> List[int]:
-        """The indices of the tokens of `doc` that start a sentence (cut before),
-        each line (`lines`, see `probabilities`) read apart."""
-        after, probs = self.probabilities(doc, lines)
+    def starts(self, doc: Doc) -> List[int]:
+        """The indices of the tokens of `doc` that start a sentence (cut before)."""
+        after, probs = self.probabilities(doc)
         return [int(i) for i in after[probs >= self.threshold]]
 
 

@@ -104,16 +104,10 @@ def test_multi_sentence_or_few_training_docs_teach_no_splitter() -> None:
     assert learned_splitter(encoder) is None
 
 
-def test_text_in_lines_is_cut_at_line_breaks_and_each_line_as_if_alone() -> None:
+def test_text_in_lines_is_cut_at_line_breaks_and_by_rule_not_the_splitter() -> None:
     encoder = BertEncoderV2(context="auto")
     learn_context(encoder, (nlp(text) for text in UNITS * 30))
+    doc = nlp("ROME 1996-12-07 Italy beat Wales 3-0 on Sunday .\nAnna Smith")
+    expected = ["ROME 1996-12-07 Italy beat Wales 3-0 on Sunday .", "Anna Smith"]
     splitter = learned_splitter(encoder)
-    lines = ["ROME 1996-12-07 Italy beat Wales 3-0 on Sunday .", "Anna Smith", "Leeds 2 Chelsea 0"]
-    doc = nlp("\n".join(lines))
-    alone = [
-        nlp(line).text[s:e]
-        for line in lines
-        for s, e in segments(nlp(line), line, "sentences", splitter)
-    ]
-    assert alone[:2] == ["ROME 1996-12-07", "Italy beat Wales 3-0 on Sunday ."]
-    assert [doc.text[s:e] for s, e in segments(doc, doc.text, "sentences", splitter)] == alone
+    assert [doc.text[s:e] for s, e in segments(doc, doc.text, "sentences", splitter)] == expected

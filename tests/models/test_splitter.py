@@ -80,17 +80,3 @@ def test_round_trip_through_msgpack_keeps_the_predictions() -> None:
     numpy.testing.assert_array_equal(loaded.probabilities(doc)[1], splitter.probabilities(doc)[1])
     assert loaded.threshold == splitter.threshold
     assert loaded.bits == splitter.bits
-
-
-def test_each_line_gets_the_cuts_it_gets_alone() -> None:
-    splitter = learn_splitter(nlp(text) for text in UNITS * 30)
-    lines = ["Anna Smith", "ROME 1996-12-07 Italy beat Wales 3-0 on Sunday .", "Leeds 2"]
-    doc = nlp("\n".join(lines))
-    breaks = [t.i + 1 for t in doc if t.is_space]
-    starts = splitter.starts(doc, breaks)
-    for line, start in zip(lines, [0, *breaks]):
-        alone = splitter.starts(nlp(line))
-        assert [i - start for i in starts if start <= i < start + len(nlp(line))] == alone
-    assert start_words(splitter, nlp(lines[1])) == ["Italy"]
-    # read as one stream, the gap after a line's last token is scored too
-    assert len(splitter.probabilities(doc)[0]) == len(splitter.probabilities(doc, breaks)[0]) + 2
