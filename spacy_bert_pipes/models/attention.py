@@ -18,7 +18,8 @@ import numpy
 from thinc.api import Model
 from thinc.types import Ints1d, Ints2d
 
-from .encoder import Pieces, hf_shim, special_ids, tokenize, with_special_cases
+from .encoder import hf_shim, special_ids, with_special_cases
+from .tokens import Pieces, tokenize
 from .windows import window_spans
 
 

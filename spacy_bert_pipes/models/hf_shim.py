@@ -10,7 +10,6 @@ HF config as JSON, the tokenizer files, and the weights as safetensors.
 
 import contextlib
 import copy
-import json
 import os
 import tempfile
 import warnings
@@ -27,6 +26,7 @@ from thinc.types import FloatsXd
 
 from ..memory import trim_if_grown
 from .fused_adam import fused_adam, fused_adam_applies
+from .hf_bytes import tokenizer_from_bytes, transformer_from_bytes
 from .precision import (
     PRECISION_CHOICES,
     attention_backends,
@@ -34,7 +34,7 @@ from .precision import (
     padded_length,
     resolve_precision,
 )
-from .serial import DamagedEncoderError, safe_file_name, without_file_settings
+from .serial import DamagedEncoderError
 from .transformer_module import TransformerModule, set_frozen_layers
 
 
@@ -416,8 +416,8 @@ class HFShim(Shim):
             self._model = None
             self._tokenizer = None
             return self
-        transformer = _transformer_from_bytes(msg)
-        tokenizer = _tokenizer_from_bytes(msg.get("tokenizer"))
+        transformer = transformer_from_bytes(msg)
+        tokenizer = tokenizer_from_bytes(msg.get("tokenizer"))
         transformer.eval()
         self.load(transformer, tokenizer)
         case_embeddings = self.module.case_embeddings
@@ -451,77 +451,6 @@ class HFShim(Shim):
         except Exception as err:  # bad structure, safetensors' own errors, shapes
             raise DamagedEncoderError("weights", f"branches: {err}") from err
         self.module.branches.to(self.device)
-
-
-def _transformer_from_bytes(msg: Dict[str, Any]) -> torch.nn.Module:
-    """The saved transformer: built from its HF config, then given its weights."""
-    from transformers import AutoConfig, AutoModel
-
-    try:
-        config_dict = json.loads(msg["config"])
-        config = AutoConfig.for_model(**config_dict)
-        transformer = AutoModel.from_config(config, trust_remote_code=False)
-    except Exception as err:  # json, KeyError, transformers' ValueErrors on odd configs
-        raise DamagedEncoderError("config", f"{type(err).__name__}: {err}") from err
-    try:
-        state = load_safetensors(msg["weights"])
-    except Exception as err:  # safetensors raises its own SafetensorError
-        raise DamagedEncoderError("weights", f"{type(err).__name__}: {err}") from err
-    if getattr(transformer, "pooler", None) is not None and not any(
-        key.startswith("pooler.") for key in state
-    ):
-        # The base model of a ...ForQuestionAnswering / ...ForTokenClassification
-        # checkpoint is built without a pooler (add_pooling_layer=False), so it saves
-        # none; AutoModel.from_config adds one. Rebuild what was saved.
-        transformer.pooler = None
-    try:
-        transformer.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise DamagedEncoderError("weights", str(err)) from err
-    return transformer
-
-
-def _tokenizer_from_bytes(files: Any) -> Any:
-    """The saved fast tokenizer, written to a temporary folder under checked names
-    and read back from there only."""
-    from transformers import AutoTokenizer
-
-    if not isinstance(files, dict) or not files:
-        raise DamagedEncoderError("tokenizer", "no tokenizer files were saved")
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp).resolve()
-        for name, data in files.items():
-            path = folder / safe_file_name(name)
-            if path.parent != folder:  # safe_file_name already refuses paths
-                raise DamagedEncoderError("tokenizer", f"file name {name!r} leaves its folder")
-            if not isinstance(data, bytes):
-                raise DamagedEncoderError("tokenizer", f"file {name!r} holds no bytes")
-            if name == "tokenizer_config.json":
-                data = _checked_tokenizer_config(data)
-            with open(path, "xb") as f:  # "x": never follow or replace an existing file
-                f.write(data)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(
-                str(folder), use_fast=True, local_files_only=True, trust_remote_code=False
-            )
-        except Exception as err:  # tokenizers' parse errors are plain Exceptions
-            names = ", ".join(sorted(files))
-            raise DamagedEncoderError(
-                "tokenizer", f"{type(err).__name__}: {err} (files: {names})"
-            ) from err
-    if not getattr(tokenizer, "is_fast", False):
-        raise DamagedEncoderError("tokenizer", "no fast tokenizer could be built from its files")
-    return tokenizer
-
-
-def _checked_tokenizer_config(data: bytes) -> bytes:
-    try:
-        settings = json.loads(data)
-    except ValueError as err:
-        raise DamagedEncoderError("tokenizer", f"tokenizer_config.json: {err}") from err
-    if not isinstance(settings, dict):
-        raise DamagedEncoderError("tokenizer", "tokenizer_config.json is not a JSON object")
-    return json.dumps(without_file_settings(settings)).encode("utf8")
 
 
 def _no_backprop(d_hidden: Any) -> None:

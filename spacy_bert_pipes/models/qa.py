@@ -19,7 +19,8 @@ from thinc.api import Model, glorot_uniform_init
 from thinc.types import Floats1d, Floats2d, Ints1d, Ints2d
 
 from .casing import NO_CASE
-from .encoder import hf_shim, special_ids, tokenize
+from .encoder import hf_shim, special_ids
+from .tokens import tokenize
 
 # When predicting, windows go through the encoder in groups of at most this many
 # wordpieces, and only their logits are kept: 32,768 wordpieces of hidden states

@@ -13,7 +13,7 @@ from .casing import NO_CASE
 from .windows import cached_plan
 
 if TYPE_CHECKING:
-    from .encoder import TokenizedBatch
+    from .tokens import TokenizedBatch
 
 
 @dataclass

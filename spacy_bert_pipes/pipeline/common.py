@@ -9,16 +9,11 @@ from spacy.training import Example
 from spacy.util import minibatch
 from thinc.api import Model, Optimizer, set_dropout_rate
 
-from ..models.encoder import (
-    TokenizedBatch,
-    is_loaded,
-    provide_tokens,
-    segment_texts,
-    tokenize_texts,
-)
+from ..models.encoder import is_loaded
 from ..models.listener import ENCODING_ATTR, EncoderListener
 from ..models.loaders import HFCheckpointLoader
 from ..models.segments import learn_context
+from ..models.tokens import TokenizedBatch, provide_tokens, segment_texts, tokenize_texts
 from ..models.trf import is_trf_encoder
 
 

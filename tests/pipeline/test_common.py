@@ -10,7 +10,7 @@ import spacy
 from helpers import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
 from spacy.language import Language
 
-from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models import tokens as tokens_module
 
 TEXTS = [text for text, _ in TRAIN_TEXTS] * 3 + ["a long text " * 20]
 
@@ -29,7 +29,7 @@ def textcat_nlp(tiny_bert: Path) -> Language:
 def recording_tokenize(monkeypatch: pytest.MonkeyPatch, fail_on: str = "") -> List[str]:
     """Record the thread of each tokenizer call; fail on texts containing `fail_on`."""
     threads: List[str] = []
-    original = encoder_module.tokenize
+    original = tokens_module.tokenize
 
     def tokenize(encoder: Any, texts: Sequence[str], *args: Any, **kwargs: Any) -> Any:
         threads.append(threading.current_thread().name)
@@ -37,7 +37,7 @@ def recording_tokenize(monkeypatch: pytest.MonkeyPatch, fail_on: str = "") -> Li
             raise RuntimeError("the tokenizer broke")
         return original(encoder, texts, *args, **kwargs)
 
-    monkeypatch.setattr(encoder_module, "tokenize", tokenize)
+    monkeypatch.setattr(tokens_module, "tokenize", tokenize)
     return threads
 
 
