@@ -17,7 +17,7 @@ from thinc.api import Model
 from thinc.types import Ints1d, Ints2d
 
 from .casing import piece_cases
-from .segments import effective_context, segments
+from .segments import effective_context, learned_splitter, segments
 
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
@@ -97,7 +97,8 @@ def segment_texts(
     context = effective_context(encoder)
     # doc.text joins the tokens anew on every call: once per doc, on this hot path
     doc_texts = [doc.text for doc in docs]
-    spans = [segments(doc, text, context) for doc, text in zip(docs, doc_texts)]
+    splitter = learned_splitter(encoder) if context == "sentences" else None
+    spans = [segments(doc, text, context, splitter) for doc, text in zip(docs, doc_texts)]
     # a slice of the whole text is the text itself, not a copy
     texts = [text[s:e] for text, doc_spans in zip(doc_texts, spans) for s, e in doc_spans]
     return spans, texts

@@ -11,6 +11,7 @@ from spacy_bert_pipes.models.segments import (
     learned_splitter,
     segments,
 )
+from spacy_bert_pipes.models.tokens import segment_texts
 
 nlp = spacy.blank("en")
 
@@ -92,6 +93,9 @@ def test_sentence_level_training_docs_teach_a_splitter() -> None:
     ]
     # an explicit "sentence" context, or a doc with boundaries, ignores it
     assert segments(doc, doc.text, "sentence", splitter) == [(0, len(doc.text))]
+    # and the encoder's forward cuts raw text with it
+    spans, texts = segment_texts(encoder, [doc])
+    assert texts == ["ROME 1996-12-07", "Italy beat Wales 3-0 on Sunday .", "Anna Smith"]
 
 
 def test_multi_sentence_or_few_training_docs_teach_no_splitter() -> None:
