@@ -3,10 +3,13 @@
 from pathlib import Path
 
 import pytest
+import srsly
 import torch
 from helpers import write_tiny_bert
 from transformers import AutoModel
 
+from spacy_bert_pipes.models.hf_shim import HFShim
+from spacy_bert_pipes.models.serial import DamagedEncoderError
 from spacy_bert_pipes.models.transformer_module import TransformerModule
 
 
@@ -52,3 +55,48 @@ def test_bad_branches(tiny_bert: Path, tmp_path: Path) -> None:
     summed = TransformerModule(AutoModel.from_pretrained(str(four)), "sum_last_four", "fp32")
     with pytest.raises(ValueError, match="hidden_layers = 'last'"):
         summed.add_branch("intents", 1)
+
+
+@pytest.mark.parametrize(
+    "branches",
+    [
+        {"layers": [["intents", 99]], "weights": b""},
+        {"layers": [["a.b", 1]], "weights": b""},
+        {"layers": [[3, "x"]], "weights": b""},
+        {"layers": [["intents", 1]], "weights": b"not safetensors"},
+        {"layers": "intents"},
+    ],
+)
+def test_damaged_saved_branches_are_named(tiny_bert: Path, branches: object) -> None:
+    """Branches read from a pipeline folder are untrusted: a bad one is a
+    DamagedEncoderError that names them, never a stray exception."""
+    from transformers import AutoTokenizer
+
+    shim = HFShim()
+    shim.load(
+        AutoModel.from_pretrained(str(tiny_bert)), AutoTokenizer.from_pretrained(str(tiny_bert))
+    )
+    shim.add_branch("intents", 1)
+    msg = srsly.msgpack_loads(shim.to_bytes())
+    assert msg["branches"]["layers"] == [["intents", 1]]
+    msg["branches"] = branches
+    with pytest.raises(DamagedEncoderError, match="branches"):
+        HFShim().from_bytes(srsly.msgpack_dumps(msg))
+
+
+def test_saved_branches_round_trip(tiny_bert: Path) -> None:
+    from transformers import AutoTokenizer
+
+    shim = HFShim()
+    shim.load(
+        AutoModel.from_pretrained(str(tiny_bert)), AutoTokenizer.from_pretrained(str(tiny_bert))
+    )
+    shim.add_branch("intents", 2)
+    with torch.no_grad():
+        shim.module.branches["intents"].layer[1].output.dense.weight.add_(1.0)
+    loaded = HFShim().from_bytes(shim.to_bytes())
+    assert loaded.module.branch_layers == {"intents": 2}
+    for (name, a), (_, b) in zip(
+        shim.module.branches.state_dict().items(), loaded.module.branches.state_dict().items()
+    ):
+        assert torch.equal(a, b), name
