@@ -175,11 +175,11 @@ class HFShim(Shim):
         self._tokenizer = tokenizer
         self._reduced = None
 
-    def add_branch(self, name: str, own_layers: int) -> None:
+    def add_branch(self, name: str, own_layers: int, frozen: bool = False) -> None:
         """Give the head `name` its own copy of the top `own_layers` layers
         (`TransformerModule.add_branch`), on the module's device."""
         module = self.module
-        module.add_branch(name, own_layers)
+        module.add_branch(name, own_layers, frozen)
         module.branches[name].to(self.device)
         self._reduced = None
 
@@ -398,7 +398,10 @@ class HFShim(Shim):
             branches = self.module.branches
             weights = {k: v.detach().contiguous().cpu() for k, v in branches.state_dict().items()}
             msg["branches"] = {
-                "layers": list(self.module.branch_layers.items()),
+                "layers": [
+                    [name, n, self.module.branch_frozen(name)]
+                    for name, n in self.module.branch_layers.items()
+                ],
                 "weights": save_safetensors(weights),
             }
         return srsly.msgpack_dumps(msg)
@@ -442,10 +445,11 @@ class HFShim(Shim):
     def _branches_from_msg(self, msg: Any) -> None:
         """Rebuild the saved branches (`to_bytes`), then give them their weights."""
         try:
-            for name, own_layers in msg["layers"]:
+            # [name, layers, frozen]; [name, layers] from before frozen branches
+            for name, own_layers, *frozen in msg["layers"]:
                 if not isinstance(name, str) or not isinstance(own_layers, int):
                     raise ValueError(f"not a branch name and layer count: {name!r}, {own_layers!r}")
-                self.module.add_branch(name, own_layers)
+                self.module.add_branch(name, own_layers, frozen == [True])
             state = load_safetensors(msg["weights"])
             self.module.branches.load_state_dict(state, strict=True)
         except Exception as err:  # bad structure, safetensors' own errors, shapes

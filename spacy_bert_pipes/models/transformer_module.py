@@ -62,9 +62,10 @@ class TransformerModule(torch.nn.Module):
         # outputs follow the shared output in `forward`'s last dimension, in this order
         self.branches = torch.nn.ModuleDict()
 
-    def add_branch(self, name: str, own_layers: int) -> None:
+    def add_branch(self, name: str, own_layers: int, frozen: bool = False) -> None:
         """Give the head `name` its own copy of the top `own_layers` layers, run on
-        the output of the layers below them (replacing a branch of that name)."""
+        the output of the layers below them (replacing a branch of that name);
+        `frozen`: the copy never trains (no gradients are computed for it)."""
         if self.hidden_layers != "last":
             raise ValueError(
                 f"own_layers needs hidden_layers = 'last' in the shared encoder, "
@@ -72,12 +73,19 @@ class TransformerModule(torch.nn.Module):
             )
         if not name or "." in name:
             raise ValueError(f"A branch needs a component name without '.': {name!r}")
-        self.branches[name] = copy_top_layers(self.transformer, own_layers)
+        branch = copy_top_layers(self.transformer, own_layers)
+        for param in branch.parameters():
+            param.requires_grad_(not frozen)
+        self.branches[name] = branch
 
     @property
     def branch_layers(self) -> Dict[str, int]:
         """How many top layers each branch owns, in output order."""
         return {name: len(branch.layer) for name, branch in self.branches.items()}
+
+    def branch_frozen(self, name: str) -> bool:
+        """Whether the branch `name` never trains."""
+        return not any(p.requires_grad for p in self.branches[name].parameters())
 
     def inputs(
         self, input_ids: torch.Tensor, case_ids: Optional[torch.Tensor] = None
@@ -129,10 +137,15 @@ class TransformerModule(torch.nn.Module):
             kwargs.update(self.inputs(input_ids, case_ids))
             if len(self.branches):
                 states = self.transformer(**kwargs, output_hidden_states=True).hidden_states
-                outputs = [states[-1]] + [
-                    run_branch(branch, states[-1 - len(branch.layer)], attention_mask)
-                    for branch in self.branches.values()
-                ]
+                outputs = [states[-1]]
+                for name, branch in self.branches.items():
+                    # a frozen branch needs no graph: nothing backpropagates through it
+                    with torch.set_grad_enabled(
+                        torch.is_grad_enabled() and not self.branch_frozen(name)
+                    ):
+                        outputs.append(
+                            run_branch(branch, states[-1 - len(branch.layer)], attention_mask)
+                        )
                 hidden = torch.cat([out.float() for out in outputs], dim=-1)
             elif self.hidden_layers == "last":
                 hidden = self.transformer(**kwargs).last_hidden_state

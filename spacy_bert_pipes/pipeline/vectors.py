@@ -33,6 +33,7 @@ from thinc.api import to_numpy
 from thinc.types import Floats1d
 
 from ..models.align import align_tokens
+from ..models.encoder import hf_shim
 from ..models.listener import ENCODING_ATTR
 from ..models.loaders import resolve_source
 from ..models.pooling import Pooling, pool, pool_doc, read_pooling
@@ -52,13 +53,14 @@ TOKENS_KEY = "spacy_bert_pipes.token_vectors"
     "bert_vectors",
     requires=[f"doc._.{ENCODING_ATTR}"],
     assigns=["doc.user_hooks", "doc.user_span_hooks", "doc.user_token_hooks"],
-    default_config={"pooling": None, "normalize": None},
+    default_config={"pooling": None, "normalize": None, "own_layers": 0},
 )
 def make_bert_vectors(
     nlp: Language,
     name: str,
     pooling: Optional[List[PoolingMode]],
     normalize: Optional[bool],
+    own_layers: int,
 ) -> "BertVectors":
     """Contextual `doc.vector` / `span.vector` / `token.vector` / `similarity` from
     the upstream `bert_encoder`'s output.
@@ -69,8 +71,15 @@ def make_bert_vectors(
         when it says nothing).
     normalize (Optional[bool]): Scale doc and span vectors to unit length. null:
         as the checkpoint says (false when it says nothing).
+    own_layers (int): Take the vectors from this component's own copy of the
+        encoder's top n layers, made in `initialize` from the checkpoint's weights,
+        over the shared layers below them (`models/branches.py`). No loss trains
+        the copy, so when heads fine-tune a shared encoder the vectors keep the
+        checkpoint's top layers. 0: the shared encoder's output.
     """
-    return BertVectors(nlp.vocab, name, pooling=pooling, normalize=normalize)
+    if own_layers < 0:
+        raise ValueError(f"[components.{name}] own_layers must be >= 0: {own_layers}")
+    return BertVectors(nlp.vocab, name, pooling=pooling, normalize=normalize, own_layers=own_layers)
 
 
 class BertVectors:
@@ -83,12 +92,14 @@ class BertVectors:
         *,
         pooling: Optional[List[PoolingMode]] = None,
         normalize: Optional[bool] = None,
+        own_layers: int = 0,
     ) -> None:
         ensure_encoding_extension()
         self.vocab = vocab
         self.name = name
         # the settings as configured; None: from the checkpoint in initialize
         self.cfg: Dict[str, Any] = {"pooling": pooling, "normalize": normalize, "recipe": None}
+        self.own_layers = own_layers
         self._hooks: Optional[VectorHooks] = None
         if pooling is not None and normalize is not None:
             self._set_recipe(Pooling(tuple(pooling), normalize))
@@ -104,9 +115,14 @@ class BertVectors:
             )
         return Pooling.from_dict(self.cfg["recipe"])
 
+    @property
+    def branch(self) -> str:
+        """The name of the encoder branch the vectors come from ("": the shared output)."""
+        return self.name if self.own_layers else ""
+
     def _set_recipe(self, recipe: Pooling) -> None:
         self.cfg["recipe"] = recipe.to_dict()
-        self._hooks = VectorHooks(recipe)
+        self._hooks = VectorHooks(recipe, self.branch)
 
     def initialize(
         self,
@@ -126,6 +142,11 @@ class BertVectors:
             source = checkpoint or self._upstream_source(nlp)
             recipe = read_pooling(resolve_source(source))
         self._set_recipe(self._configured(recipe))
+        if self.own_layers:
+            # the upstream encoder was initialized first: its top layers are still
+            # the checkpoint's, and no loss reaches this copy of them
+            shim = hf_shim(self._upstream(nlp).model)
+            shim.add_branch(self.name, self.own_layers, frozen=True)
 
     def _configured(self, recipe: Pooling) -> Pooling:
         """The recipe with the configured pooling and normalize (where set) on top."""
@@ -135,6 +156,21 @@ class BertVectors:
         if normalize is not None:
             recipe = Pooling(recipe.modes, normalize, recipe.source, recipe.max_seq_length)
         return recipe
+
+    def _upstream(self, nlp: Optional[Language]) -> BertEncoderPipe:
+        """The bert_encoder whose doc._.bert_encoding this component reads: the
+        last one before it."""
+        if nlp is None:
+            raise ValueError(f"[{self.name}] initialize needs `nlp` (to find its bert_encoder)")
+        names = nlp.pipe_names
+        before = names[: names.index(self.name)] if self.name in names else names
+        for name in reversed(before):
+            pipe = nlp.get_pipe(name)
+            if isinstance(pipe, BertEncoderPipe):
+                return pipe
+        raise ValueError(
+            f"[{self.name}] has own_layers, but no bert_encoder comes before it in the pipeline"
+        )
 
     def _upstream_source(self, nlp: Optional[Language]) -> str:
         if nlp is None:
@@ -165,7 +201,8 @@ class BertVectors:
                 f"must run before {self.name} (doc starts {doc.text[:40]!r})"
             )
         if self._hooks is None:
-            self._hooks = VectorHooks(self.recipe)  # a clear error without a recipe
+            self._hooks = VectorHooks(self.recipe, self.branch)  # a clear error without a recipe
+        encoding = _branch(encoding, self.branch, doc)
         doc.user_data[DOC_VECTOR_KEY] = to_numpy(pool_doc(encoding, self._hooks.recipe))
         doc.user_data.pop(TOKENS_KEY, None)
         self._hooks.install(doc)
@@ -207,8 +244,9 @@ class BertVectors:
 class VectorHooks:
     """spaCy user hooks reading a doc's encoding; picklable (plain data inside)."""
 
-    def __init__(self, recipe: Pooling) -> None:
+    def __init__(self, recipe: Pooling, branch: str = "") -> None:
         self.recipe = recipe
+        self.branch = branch  # the encoder branch the vectors come from ("": shared)
 
     def install(self, doc: Doc) -> None:
         doc.user_hooks.update(
@@ -234,7 +272,7 @@ class VectorHooks:
     def doc_vector(self, doc: Doc) -> Floats1d:
         vector = doc.user_data.get(DOC_VECTOR_KEY)
         if vector is None:
-            vector = to_numpy(pool_doc(_encoding(doc), self.recipe))
+            vector = to_numpy(pool_doc(_encoding(doc, self.branch), self.recipe))
             doc.user_data[DOC_VECTOR_KEY] = vector
         return vector
 
@@ -246,20 +284,20 @@ class VectorHooks:
         doc = span.doc
         if span.start == 0 and span.end == len(doc):
             return self.doc_vector(doc)
-        first, end = _piece_range(doc, span.start, span.end)
-        pieces = to_numpy(_encoding(doc).wordpieces[first:end])
+        first, end = _piece_range(doc, span.start, span.end, self.branch)
+        pieces = to_numpy(_encoding(doc, self.branch).wordpieces[first:end])
         return pool(pieces, self.recipe)
 
     def span_has_vector(self, span: Span) -> bool:
-        first, end = _piece_range(span.doc, span.start, span.end)
+        first, end = _piece_range(span.doc, span.start, span.end, self.branch)
         return end > first
 
     # --- tokens ---------------------------------------------------------------
     def token_vector(self, token: Token) -> Floats1d:
-        return _token_table(token.doc)["vectors"][token.i]
+        return _token_table(token.doc, self.branch)["vectors"][token.i]
 
     def token_has_vector(self, token: Token) -> bool:
-        return bool(_token_table(token.doc)["lengths"][token.i] > 0)
+        return bool(_token_table(token.doc, self.branch)["lengths"][token.i] > 0)
 
     # --- all ------------------------------------------------------------------
     def vector_norm(self, obj: Union[Doc, Span, Token]) -> float:
@@ -279,22 +317,35 @@ class VectorHooks:
         return float(numpy.dot(a, b) / denominator) if denominator else 0.0
 
 
-def _encoding(doc: Doc) -> DocEncoding:
+def _encoding(doc: Doc, branch: str = "") -> DocEncoding:
     encoding = doc._.get(ENCODING_ATTR)
     if encoding is None:
         raise ValueError(
             f"The doc has no doc._.{ENCODING_ATTR} to take vectors from (doc starts "
             f"{doc.text[:40]!r}): was it saved without its user data?"
         )
-    return encoding
+    return _branch(encoding, branch, doc)
 
 
-def _token_table(doc: Doc) -> Dict[str, Any]:
+def _branch(encoding: DocEncoding, branch: str, doc: Doc) -> DocEncoding:
+    """The encoding, or the vectors component's own branch of it (`own_layers`)."""
+    if not branch:
+        return encoding
+    if branch not in encoding.branches:
+        raise ValueError(
+            f"[{branch}] takes its vectors from its own top encoder layers (own_layers), "
+            f"but the doc's encoding has none (doc starts {doc.text[:40]!r}): "
+            "initialize the pipeline again, or set own_layers = 0"
+        )
+    return encoding.branches[branch]
+
+
+def _token_table(doc: Doc, branch: str = "") -> Dict[str, Any]:
     """Each token's vector (mean of its wordpieces) and wordpiece range, computed
     once per doc and kept in `doc.user_data`."""
     table = doc.user_data.get(TOKENS_KEY)
     if table is None:
-        encoding = _encoding(doc)
+        encoding = _encoding(doc, branch)
         alignment = align_tokens(doc, encoding.offsets)
         starts = numpy.asarray(alignment.starts, dtype="i")
         lengths = numpy.asarray(alignment.lengths, dtype="i")
@@ -309,9 +360,9 @@ def _token_table(doc: Doc) -> Dict[str, Any]:
     return table
 
 
-def _piece_range(doc: Doc, start: int, end: int) -> "tuple[int, int]":
+def _piece_range(doc: Doc, start: int, end: int, branch: str = "") -> "tuple[int, int]":
     """The wordpieces [first, end) of tokens start..end-1 (empty: first == end)."""
-    table = _token_table(doc)
+    table = _token_table(doc, branch)
     starts = table["starts"][start:end]
     lengths = table["lengths"][start:end]
     has = lengths > 0

@@ -60,10 +60,11 @@ def test_bad_branches(tiny_bert: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "branches",
     [
-        {"layers": [["intents", 99]], "weights": b""},
-        {"layers": [["a.b", 1]], "weights": b""},
-        {"layers": [[3, "x"]], "weights": b""},
-        {"layers": [["intents", 1]], "weights": b"not safetensors"},
+        {"layers": [["intents", 99, False]], "weights": b""},
+        {"layers": [["a.b", 1, False]], "weights": b""},
+        {"layers": [[3, "x", False]], "weights": b""},
+        {"layers": [["intents", 1]], "weights": b""},
+        {"layers": [["intents", 1, False]], "weights": b"not safetensors"},
         {"layers": "intents"},
     ],
 )
@@ -78,7 +79,7 @@ def test_damaged_saved_branches_are_named(tiny_bert: Path, branches: object) -> 
     )
     shim.add_branch("intents", 1)
     msg = srsly.msgpack_loads(shim.to_bytes())
-    assert msg["branches"]["layers"] == [["intents", 1]]
+    assert msg["branches"]["layers"] == [["intents", 1, False]]
     msg["branches"] = branches
     with pytest.raises(DamagedEncoderError, match="branches"):
         HFShim().from_bytes(srsly.msgpack_dumps(msg))
@@ -92,10 +93,12 @@ def test_saved_branches_round_trip(tiny_bert: Path) -> None:
         AutoModel.from_pretrained(str(tiny_bert)), AutoTokenizer.from_pretrained(str(tiny_bert))
     )
     shim.add_branch("intents", 2)
+    shim.add_branch("vectors", 1, frozen=True)
     with torch.no_grad():
         shim.module.branches["intents"].layer[1].output.dense.weight.add_(1.0)
     loaded = HFShim().from_bytes(shim.to_bytes())
-    assert loaded.module.branch_layers == {"intents": 2}
+    assert loaded.module.branch_layers == {"intents": 2, "vectors": 1}
+    assert loaded.module.branch_frozen("vectors") and not loaded.module.branch_frozen("intents")
     for (name, a), (_, b) in zip(
         shim.module.branches.state_dict().items(), loaded.module.branches.state_dict().items()
     ):

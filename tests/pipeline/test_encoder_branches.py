@@ -127,3 +127,49 @@ def test_own_layers_out_of_range(tiny_bert: Path) -> None:
         nlp.initialize(lambda: examples_of(nlp))
     with pytest.raises(ValueError, match="own_layers must be >= 0"):
         nlp.add_pipe("bert_textcat", name="other", config={"model": {"encoder": listener(-1)}})
+
+
+def vectors_nlp(tiny_bert: Path, own_layers: int = 1) -> Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener(0)}})
+    nlp.add_pipe("bert_vectors", config={"own_layers": own_layers})
+    nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+    return nlp
+
+
+def test_vectors_keep_the_checkpoints_top_layers(tiny_bert: Path, tmp_path: Path) -> None:
+    """bert_vectors with own_layers reads a frozen copy of the checkpoint's top
+    layers: training the textcat moves the shared layer, never the copy, and the
+    doc, span and token vectors all come from the copy."""
+    nlp = vectors_nlp(tiny_bert)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    module = module_of(nlp)
+    assert module.branch_layers == {"bert_vectors": 1} and module.branch_frozen("bert_vectors")
+    before = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    optimizer.learn_rate = 2e-3
+    for _ in range(5):
+        nlp.update(examples, sgd=optimizer)
+    after = module.state_dict()
+    top = len(module.transformer.encoder.layer) - 1
+    shared = f"transformer.encoder.layer.{top}.output.dense.weight"
+    own = "branches.bert_vectors.layer.0.output.dense.weight"
+    assert not torch.equal(before[shared], after[shared])
+    assert torch.equal(before[own], after[own])
+    doc = nlp("the card arrived late yesterday")
+    encoding = doc._.bert_encoding.branches["bert_vectors"]
+    assert not numpy.allclose(encoding.wordpieces, doc._.bert_encoding.wordpieces)
+    numpy.testing.assert_allclose(doc[1].vector, encoding.wordpieces[1], atol=1e-5)
+    assert doc.vector.shape == doc[0:2].vector.shape == (encoding.width,)
+    nlp.to_disk(tmp_path / "vectors")
+    loaded = spacy.load(tmp_path / "vectors")
+    assert module_of(loaded).branch_frozen("bert_vectors")
+    numpy.testing.assert_allclose(loaded(doc.text).vector, doc.vector, atol=1e-5)
+    # own_layers set at load, where the pipeline was trained without them
+    plain = vectors_nlp(tiny_bert, own_layers=0)
+    plain.initialize(lambda: textcat_examples(plain))
+    plain.to_disk(tmp_path / "plain")
+    override = {"components": {"bert_vectors": {"own_layers": 1}}}
+    with pytest.raises(ValueError, match=r"\[bert_vectors\].*own_layers.*initialize"):
+        spacy.load(tmp_path / "plain", config=override)("some text")
