@@ -183,6 +183,11 @@ class HFShim(Shim):
         module.branches[name].to(self.device)
         self._reduced = None
 
+    def remove_branches(self) -> None:
+        """Drop every branch (heads' own top layers) from the module."""
+        self.module.branches = torch.nn.ModuleDict()
+        self._reduced = None
+
     @property
     def device(self) -> torch.device:
         # Asked several times per batch; walking the module for its first

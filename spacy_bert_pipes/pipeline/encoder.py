@@ -232,9 +232,11 @@ class BertEncoderPipe(ConfiguredPipe):
                 )
 
     def _anchor_teacher(self) -> Model:
-        """A frozen copy of the encoder as it is when training starts."""
+        """A frozen copy of the encoder as it is when training starts, without
+        branches: the anchor compares the shared output only."""
         if self._teacher is None:
             self._teacher = self.model.copy()
+            hf_shim(self._teacher).remove_branches()
         return self._teacher
 
     def add_label(self, label: str) -> int:

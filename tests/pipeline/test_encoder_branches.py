@@ -173,3 +173,17 @@ def test_vectors_keep_the_checkpoints_top_layers(tiny_bert: Path, tmp_path: Path
     override = {"components": {"bert_vectors": {"own_layers": 1}}}
     with pytest.raises(ValueError, match=r"\[bert_vectors\].*own_layers.*initialize"):
         spacy.load(tmp_path / "plain", config=override)("some text")
+
+
+def test_vector_anchor_teacher_runs_no_branches(tiny_bert: Path) -> None:
+    """The anchor compares the shared output only: its frozen teacher drops the
+    branches, the trained encoder keeps them."""
+    nlp = branched_nlp(tiny_bert)
+    nlp.get_pipe("bert_encoder").cfg["vector_anchor"] = 0.5
+    examples = examples_of(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    losses = nlp.update(examples, sgd=optimizer)
+    assert losses["bert_encoder"] > 0
+    teacher = nlp.get_pipe("bert_encoder")._anchor_teacher()
+    assert hf_shim(teacher).module.branch_layers == {}
+    assert module_of(nlp).branch_layers == {"bert_textcat": 1}
