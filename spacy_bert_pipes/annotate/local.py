@@ -5,6 +5,7 @@ done (see `parts`)."""
 from pathlib import Path
 from typing import Callable, Optional
 
+import spacy
 from spacy.language import Language
 
 from .chunks import annotate_chunk, checked_chunks
@@ -85,8 +86,9 @@ def annotate(
     on_chunk: Optional[Callable[[int], None]] = None,
 ) -> AnnotateSummary:
     """Annotate a collection with a pipeline: `prepare_run`, `load_pipeline`
-    and `run_annotation` in one call. Resumes an unfinished run of the same
-    settings.
+    and `run_annotation` in one call, or with `options.workers` above 1,
+    `prepare_run` and `run_annotation_workers` (see `annotate.workers`).
+    Resumes an unfinished run of the same settings.
 
     pipeline (str): A folder saved with `nlp.to_disk`, or a package name.
     input_path (Path): A .csv, .jsonl or .parquet file, or a folder of .txt files.
@@ -97,6 +99,12 @@ def annotate(
     RETURNS (AnnotateSummary): Row counts.
     """
     run = prepare_run(pipeline, input_path, output_path, options)
+    if options.workers > 1:
+        from .workers import run_annotation_workers
+
+        return run_annotation_workers(run, pipeline, progress=progress, on_chunk=on_chunk)
+    if options.gpu_id >= 0:
+        spacy.require_gpu(options.gpu_id)
     return run_annotation(
         run, load_pipeline(pipeline, options), progress=progress, on_chunk=on_chunk
     )

@@ -51,8 +51,9 @@ def prepare_run(
     RETURNS (AnnotateRun): The run, ready for an engine (`run_annotation`).
     """
     input_path, output_path = Path(input_path), Path(output_path)
-    if options.chunk_size < 1 or options.batch_size < 1 or options.max_length < 1:
-        raise AnnotateError("chunk_size, batch_size and max_length must be at least 1")
+    if min(options.chunk_size, options.batch_size, options.max_length, options.workers) < 1:
+        raise AnnotateError("chunk_size, batch_size, max_length and workers must be at least 1")
+    check_processes(options)
     output_format = output_format_for(output_path)
     check_vectors_options(options, output_path, output_format)
     input_format = input_format_for(input_path, options.input_format)
@@ -127,6 +128,23 @@ def check_output_location(input_path: Path, output_path: Path) -> None:
         ) from None
     os.close(fd)
     os.unlink(probe)
+
+
+def check_processes(options: AnnotateOptions) -> None:
+    """`n_process` forks spaCy's workers: refused with a GPU (CUDA does not
+    survive a fork; the workers would hang) and beside `workers`."""
+    if options.n_process > 1 and options.gpu_id >= 0:
+        raise AnnotateError(
+            f"--n-process {options.n_process} with --gpu-id {options.gpu_id}: spaCy forks its "
+            "processes, and CUDA does not survive a fork (they would hang); use "
+            f"--workers {options.n_process} instead: spawned processes that each load the "
+            "pipeline onto the GPU"
+        )
+    if options.n_process > 1 and options.workers > 1:
+        raise AnnotateError(
+            f"--n-process {options.n_process} and --workers {options.workers}: choose one; "
+            "--workers runs the whole pipeline in each process"
+        )
 
 
 def check_vectors_options(options: AnnotateOptions, output_path: Path, output_format: str) -> None:

@@ -40,7 +40,14 @@ class AnnotateOptions:
     chunk_size (int): Rows per committed part.
     max_length (int): Longest text in characters; longer ones are error rows.
     batch_size (int): `nlp.pipe` batch size.
-    n_process (int): `nlp.pipe` processes (they start once per chunk).
+    n_process (int): `nlp.pipe` processes (they start once per chunk; forked,
+        so CPU only).
+    workers (int): Worker processes that each load the pipeline and annotate
+        whole chunks (see `annotate.workers`); 1 annotates in this process.
+        `runtime.auto_workers` gives a number for the machine.
+    gpu_id (int): The GPU to run on, -1 for the CPU. Workers each load the
+        pipeline onto it; with one worker, `annotate` calls
+        `spacy.require_gpu(gpu_id)` in this process.
     overwrite (bool): Discard an unfinished run in `OUTPUT.parts` and start over.
     precision (Optional[Precision]): Run every bert encoder of the pipeline at
         this precision ("bf16", "int8"...); None keeps the saved one.
@@ -59,6 +66,8 @@ class AnnotateOptions:
     max_length: int = DEFAULT_MAX_LENGTH
     batch_size: int = 64
     n_process: int = 1
+    workers: int = 1
+    gpu_id: int = -1
     overwrite: bool = False
     precision: Optional[Precision] = None
     vectors: bool = False

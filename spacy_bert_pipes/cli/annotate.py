@@ -18,9 +18,11 @@ from ..annotate import (
     run_annotation,
 )
 from ..annotate.lock import output_lock
+from ..annotate.workers import run_annotation_workers
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat, read_questions_file
 from ..loading import Precision
+from ..runtime.plan import auto_workers
 from .common import app, fail, input_format_option, text_column_option
 
 
@@ -81,6 +83,13 @@ def annotate_cli(
         1, "--n-process", min=1, help="Processes for nlp.pipe (they start once per chunk)"
     ),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="The GPU to use; -1 runs on the CPU"),
+    workers: str = typer.Option(
+        "auto",
+        "--workers",
+        help="Worker processes that each load the pipeline (onto the GPU with --gpu-id) "
+        "and annotate whole chunks; auto: one per 2 cores (at most 8 with a GPU); 1: "
+        "this process. OUTPUT is the same for any number",
+    ),
     max_length: int = typer.Option(
         DEFAULT_MAX_LENGTH,
         "--max-length",
@@ -163,11 +172,12 @@ def annotate_cli(
     are the same as with the local engine (a run started with one engine can
     be finished with the other).
     """
-    if engine == "ray" and (gpu_id >= 0 or n_process > 1):
+    if engine == "ray" and (gpu_id >= 0 or n_process > 1 or workers != "auto"):
         fail(
-            "--gpu-id and --n-process are for the local engine; with --engine ray, "
-            "use --gpu-per-worker and --ray-workers"
+            "--gpu-id, --n-process and --workers are for the local engine; with --engine "
+            "ray, use --gpu-per-worker and --ray-workers"
         )
+    n_workers = _workers(workers, gpu_id, n_process) if engine == "local" else 1
     ray_only = {
         "--ray-address": ray_address is not None,
         "--ray-workers": ray_workers != 2,
@@ -189,6 +199,8 @@ def annotate_cli(
             max_length=max_length,
             batch_size=batch_size,
             n_process=n_process,
+            workers=n_workers,
+            gpu_id=gpu_id if engine == "local" else -1,
             overwrite=overwrite,
             precision=precision,
             vectors=vectors,
@@ -257,6 +269,22 @@ def _run(
             gpus_per_worker=gpu_per_worker,
             progress=True,
         )
+    if run.options.workers > 1:
+        typer.echo(f"Annotating in {run.options.workers} worker processes")
+        return run_annotation_workers(run, pipeline, progress=True)
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     return run_annotation(run, load_pipeline(pipeline, run.options), progress=True)
+
+
+def _workers(value: str, gpu_id: int, n_process: int) -> int:
+    """--workers as a number: "auto" is `auto_workers` (1 beside --n-process)."""
+    if value == "auto":
+        return 1 if n_process > 1 else auto_workers(gpu_id)
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        fail(f"--workers {value!r}: expected a number of at least 1, or auto")
+    return number

@@ -51,6 +51,7 @@ def test_help_names_every_option() -> None:
         "--batch-size",
         "--n-process",
         "--gpu-id",
+        "--workers",
         "--max-length",
         "--overwrite",
         "--strict",
@@ -248,3 +249,25 @@ def test_a_second_run_on_the_same_output_is_refused(pipeline: str, tmp_path: Pat
     assert "Resuming the unfinished run" in result.output
     assert output.read_bytes() == expected.read_bytes()
     assert not (tmp_path / "out.jsonl.lock").exists()
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--n-process", "2", "--gpu-id", "0"], "CUDA does not survive a fork"),
+        (["--workers", "two"], "--workers 'two': expected a number of at least 1, or auto"),
+        (["--workers", "0"], "expected a number of at least 1"),
+        (["--workers", "2", "--engine", "ray"], "are for the local engine"),
+    ],
+)
+def test_processes_that_would_hang_or_clash_are_refused_at_once(
+    pipeline: str, tmp_path: Path, flags: List[str], message: str
+) -> None:
+    """`--n-process` forks after CUDA starts, and would hang: it is refused in
+    one line, on any machine, before the pipeline loads."""
+    input_path = write_jsonl(tmp_path / "in.jsonl", [{"text": "hello"}])
+    output = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["annotate", pipeline, str(input_path), str(output), *flags])
+    assert result.exit_code == 1
+    assert message in result.output
+    assert not output.exists()

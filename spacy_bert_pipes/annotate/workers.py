@@ -1,0 +1,169 @@
+"""The workers engine: chunks annotated by worker processes that each load the
+pipeline (onto the GPU with `options.gpu_id`), committed in input order.
+
+This process reads and checks the input as the local engine does (the same
+chunks, duplicate ids and length limit) and commits each chunk to the same
+`OUTPUT.parts` folder and manifest; a pool of spawned processes
+(`runtime.pool`) annotates whole chunks with `annotate_chunk`, as the local
+engine does, so OUTPUT is byte-identical for any number of workers (and a run
+started with one engine can be finished with another). A worker that dies has
+its chunk retried once in a fresh worker; if that one dies too, the chunk's
+rows go to the errors file with how the process ended.
+"""
+
+import functools
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+
+import spacy
+from spacy.language import Language
+
+from ..io.output import VectorColumn, error_row
+from ..io.rows import InputRow
+from ..memory import bound_kernel_caches
+from ..runtime.pool import WorkerLost, WorkerPool, WorkerSetupError, available_cores
+from .chunks import annotate_chunk, checked_chunks
+from .lock import output_lock
+from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_parts
+from .prepare import load_pipeline
+from .progress import progress_bar
+from .types import AnnotateError, AnnotateOptions, AnnotateRun, AnnotateSummary
+from .vectors import with_vectors
+
+Chunk = Tuple[int, List[InputRow]]
+Annotated = Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]
+
+
+@dataclass
+class _Worker:
+    """What a worker holds: its pipeline and the run's settings."""
+
+    nlp: Language
+    options: AnnotateOptions
+    vectors: Optional[VectorColumn]
+    on_chunk: Optional[Callable[[int], None]]
+
+
+def _setup(
+    pipeline: str,
+    options: AnnotateOptions,
+    vectors: Optional[VectorColumn],
+    on_chunk: Optional[Callable[[int], None]],
+) -> _Worker:
+    bound_kernel_caches()
+    if options.gpu_id >= 0:
+        spacy.require_gpu(options.gpu_id)
+    return _Worker(load_pipeline(pipeline, options), options, vectors, on_chunk)
+
+
+def _annotate(worker: _Worker, chunk: Chunk) -> Annotated:
+    index, rows = chunk
+    if worker.on_chunk is not None:
+        worker.on_chunk(index)
+    return annotate_chunk(worker.nlp, rows, worker.options, worker.vectors)
+
+
+def run_annotation_workers(
+    run: AnnotateRun,
+    pipeline: str,
+    *,
+    progress: bool = False,
+    on_chunk: Optional[Callable[[int], None]] = None,
+    on_worker_chunk: Optional[Callable[[int], None]] = None,
+) -> AnnotateSummary:
+    """Annotate the chunks not done yet in `run.options.workers` worker
+    processes, then write OUTPUT and OUTPUT.errors.jsonl from the parts and
+    delete `OUTPUT.parts`: the output of `run_annotation`, holding the lock
+    on OUTPUT the whole time.
+
+    This process loads the pipeline once on the CPU first, to check it
+    against the settings (and find the width of its vectors); then each
+    worker loads it, onto the GPU `run.options.gpu_id` if that is >= 0, with
+    the CPU's cores split between the workers (intra-op threads).
+
+    run (AnnotateRun): The prepared run (see `prepare_run`).
+    pipeline (str): A folder saved with `nlp.to_disk`, or a package name.
+    progress (bool): Show a progress bar (stderr) over the rows.
+    on_chunk (Optional[Callable[[int], None]]): Called after each chunk it
+        commits with the number of input rows read so far.
+    on_worker_chunk (Optional[Callable[[int], None]]): Called in the worker,
+        before it annotates a chunk, with the chunk's index (it must pickle).
+    RETURNS (AnnotateSummary): Row counts.
+    """
+    options = run.options
+    if options.workers < 1:
+        raise AnnotateError(f"workers must be at least 1: {options.workers}")
+    with output_lock(run.output_path):
+        run = locked_run(run)
+        nlp = load_pipeline(pipeline, options)  # fails here, not in the workers
+        run = with_vectors(run, nlp)
+        del nlp
+        setup = functools.partial(_setup, pipeline, options, run.vectors, on_worker_chunk)
+        threads = max(1, available_cores() // options.workers)
+        try:
+            with WorkerPool(options.workers, setup, _annotate, threads=threads) as pool:
+                return _run(run, pool, progress=progress, on_chunk=on_chunk)
+        except WorkerSetupError as err:
+            raise AnnotateError(
+                f"{pipeline}: a worker could not load the pipeline: {err}"
+            ) from None
+
+
+def _run(
+    run: AnnotateRun,
+    pool: "WorkerPool[_Worker, Chunk, Annotated]",
+    *,
+    progress: bool,
+    on_chunk: Optional[Callable[[int], None]],
+) -> AnnotateSummary:
+    counts = {"input": 0, "errors": 0, "resumed": 0, "chunks": 0}
+    # the chunks handed to the pool, in order, with the input rows read through each
+    handed: Deque[Tuple[int, List[InputRow], int]] = deque()
+    bar = None
+    if progress:
+        bar = progress_bar(run.total_rows, initial=0)
+
+    def chunks() -> Iterator[Chunk]:
+        for index, chunk in checked_chunks(run.input_path, run.options):
+            counts["chunks"] = index + 1
+            counts["input"] += len(chunk)
+            if index in run.done:
+                counts["errors"] += resumed_error_rows(run, index)
+                counts["resumed"] += len(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+                continue
+            handed.append((index, chunk, counts["input"]))
+            yield index, chunk
+
+    start_parts(run)
+    try:
+        for result in pool.map(chunks()):
+            index, rows, read = handed.popleft()
+            if isinstance(result, WorkerLost):
+                outputs: List[Dict[str, Any]] = []
+                errors = lost_rows(rows, result)
+            else:
+                outputs, errors = result
+            commit_chunk(run, index, outputs, errors)
+            counts["errors"] += len(errors)
+            if bar is not None:
+                bar.update(len(rows))
+            if on_chunk is not None:
+                on_chunk(read)
+    finally:
+        if bar is not None:
+            bar.close()
+    return finish(run, counts["chunks"], counts["input"], counts["errors"])
+
+
+def lost_rows(rows: List[InputRow], lost: WorkerLost) -> List[Dict[str, Any]]:
+    """The error records of a chunk whose worker died on each attempt: every
+    row with why (an error row keeps its own reason)."""
+    return [
+        error_row(
+            row if row.error is not None else replace(row, error=f"not annotated: {lost.reason}")
+        )
+        for row in rows
+    ]

@@ -1,0 +1,111 @@
+"""The workers engine of batch annotation (spacy_bert_pipes.annotate.workers):
+spawned processes, the same bytes as one process, and chunks that survive a
+killed worker."""
+
+import functools
+from pathlib import Path
+
+import pytest
+from annotate_helpers import kill_on_chunk, run, save_tiny_pipeline
+
+from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, annotate, prepare_run
+from spacy_bert_pipes.annotate.workers import lost_rows, run_annotation_workers
+from spacy_bert_pipes.io.rows import InputRow
+from spacy_bert_pipes.runtime import WorkerLost
+
+N_ROWS = 60
+CHUNK = 10
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(save_tiny_pipeline(tmp_path_factory.mktemp("pipeline") / "nlp", tiny_bert))
+
+
+@pytest.fixture(scope="module")
+def input_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    words = "john smith paris card apple london working bank the is in my".split()
+    lines = []
+    for i in range(N_ROWS):
+        text = " ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 17))
+        text = "" if i == 13 else text
+        lines.append(f'{{"id": "r{i}", "text": "{text}"}}\n')
+    lines.append('{"id": "r5", "text": "a duplicate id"}\n')  # an error row
+    path = tmp_path_factory.mktemp("input") / "input.jsonl"
+    path.write_text("".join(lines), encoding="utf8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_worker(pipeline: str, input_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("one") / "out.jsonl"
+    run(pipeline, input_path, output, chunk_size=CHUNK, batch_size=4, workers=1)
+    return output
+
+
+def test_two_workers_finish_a_stopped_run_with_the_bytes_of_one_despite_a_kill(
+    pipeline: str, input_path: Path, one_worker: Path, tmp_path: Path
+) -> None:
+    """One process stops after 2 chunks; two workers finish the run, one of
+    them killed (SIGKILL, as the out-of-memory killer does) when it starts
+    chunk 3, which a fresh worker redoes: no row is lost or repeated, and the
+    bytes are those of one process."""
+    output = tmp_path / "out.jsonl"
+
+    def stop(read: int) -> None:
+        if read >= 2 * CHUNK:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        annotate(
+            pipeline,
+            input_path,
+            output,
+            AnnotateOptions(chunk_size=CHUNK, batch_size=4),
+            on_chunk=stop,
+        )
+    marker = tmp_path / "kills"
+    options = AnnotateOptions(chunk_size=CHUNK, batch_size=4, workers=2)
+    summary = run_annotation_workers(
+        prepare_run(pipeline, input_path, output, options),
+        pipeline,
+        on_worker_chunk=functools.partial(kill_on_chunk, marker, 3, 1),
+    )
+    assert len(marker.read_text().splitlines()) == 1
+    assert (summary.input_rows, summary.error_rows, summary.resumed_chunks) == (N_ROWS + 1, 1, 2)
+    assert output.read_bytes() == one_worker.read_bytes()
+    errors = output.with_name(output.name + ".errors.jsonl").read_bytes()
+    assert errors == one_worker.with_name(one_worker.name + ".errors.jsonl").read_bytes()
+    assert not output.with_name(output.name + ".parts").exists()
+
+
+def test_the_rows_of_a_lost_chunk_become_error_rows() -> None:
+    lost = WorkerLost("the worker process died on each of 2 attempts (killed by SIGKILL)")
+    rows = [
+        InputRow(0, "a", "some text", {}, "line 1"),
+        InputRow(1, "b", None, {}, "line 2", "bad"),
+    ]
+    errors = lost_rows(rows, lost)
+    assert [e["id"] for e in errors] == ["a", "b"]
+    assert errors[0]["reason"] == f"not annotated: {lost.reason}"
+    assert errors[1]["reason"] == "bad"  # an error row keeps its own reason
+
+
+def test_a_pipeline_that_does_not_load_is_named(input_path: Path, tmp_path: Path) -> None:
+    with pytest.raises(AnnotateError, match="(?i)cannot load the pipeline"):
+        run(str(tmp_path / "missing"), input_path, tmp_path / "out.jsonl", workers=2)
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        ({"n_process": 2, "gpu_id": 0}, "CUDA does not survive a fork"),
+        ({"n_process": 2, "workers": 2}, "choose one"),
+        ({"workers": 0}, "at least 1"),
+    ],
+)
+def test_settings_that_would_hang_or_clash_are_refused(
+    pipeline: str, input_path: Path, tmp_path: Path, settings: dict, message: str
+) -> None:
+    with pytest.raises(AnnotateError, match=message):
+        prepare_run(pipeline, input_path, tmp_path / "out.jsonl", AnnotateOptions(**settings))
