@@ -12,6 +12,7 @@ pipe.py   `pipe_in_workers`: `nlp.pipe` over a saved pipeline in N workers,
 The `annotate` command's workers engine (`annotate.workers`) runs on the pool.
 """
 
+from .pipe import pipe_in_workers
 from .plan import auto_workers
 from .pool import WorkerError, WorkerLost, WorkerPool, WorkerSetupError, available_cores
 
@@ -22,4 +23,5 @@ __all__ = [
     "WorkerSetupError",
     "auto_workers",
     "available_cores",
+    "pipe_in_workers",
 ]
