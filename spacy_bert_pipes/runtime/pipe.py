@@ -17,7 +17,7 @@ output (`doc._.bert_encoding`). For vectors of a collection, run
 import functools
 import itertools
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -50,7 +50,8 @@ def _setup(pipeline: str, gpu_id: int, precision: Optional[Precision], max_lengt
 def _run_chunk(batch_size: int, nlp: Language, items: List[Item]) -> List[bytes]:
     docs = []
     for doc, _ in nlp.pipe(items, as_tuples=True, batch_size=batch_size):
-        doc.user_data.pop(_ENCODING_KEY, None)
+        user_data: Dict[Any, Any] = doc.user_data
+        user_data.pop(_ENCODING_KEY, None)
         docs.append(doc.to_bytes())
     return docs
 
@@ -99,7 +100,9 @@ def pipe_in_workers(
     nlp = load_pipeline(pipeline, precision=precision)
     setup = functools.partial(_setup, str(pipeline), gpu_id, precision, max_length)
     work = functools.partial(_run_chunk, batch_size)
-    items = (item if as_tuples else (item, None) for item in texts)
+    items: Iterator[Item] = (
+        cast(Item, item) if as_tuples else (cast(str, item), None) for item in texts
+    )
     chunks: Iterator[List[Item]] = iter(lambda: list(itertools.islice(items, chunk_size)), [])
     contexts: List[List[Any]] = []  # of the chunks handed out, in order
 
