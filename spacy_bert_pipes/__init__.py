@@ -8,8 +8,9 @@ are imported only when a component is built.
 
 from . import scorers
 from .about import __version__
-from .models import encoder, heads, listener, loaders, trf
+from .models import encoder, heads, listener, loaders, prototypes, trf
 from .models.types import DocEncoding
+from .pipeline import pair_batches
 from .pipeline.encoder import BertEncoderPipe, make_bert_encoder
 from .pipeline.ner import BertEntityRecognizer, make_bert_ner
 from .pipeline.qa import BertQuestionAnswerer, make_bert_qa
@@ -33,6 +34,8 @@ __all__ = [
     "make_bert_qa",
     "make_bert_textcat",
     "make_bert_vectors",
+    "pair_batches",
+    "prototypes",
     "scorers",
     "trf",
 ]

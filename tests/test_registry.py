@@ -13,6 +13,7 @@ REGISTRIES = {
     "spacy_misc": registry.misc,
     "spacy_scorers": registry.scorers,
     "spacy_readers": registry.readers,
+    "spacy_batchers": registry.batchers,
 }
 
 
@@ -49,7 +50,8 @@ def test_every_registered_name_has_an_entry_point() -> None:
 
     declared = {name for names in entry_points().values() for name in names}
     ours = set()
-    for reg in (registry.architectures, registry.misc, registry.scorers, registry.readers):
+    registries = (registry.architectures, registry.misc, registry.scorers, registry.readers)
+    for reg in registries + (registry.batchers,):
         ours |= {n for n in reg.get_all() if n.startswith("spacy-bert-pipes.")}
     ours |= {n for n in spacy.Language.factories if n.startswith("bert_")}
     assert ours <= declared, ours - declared

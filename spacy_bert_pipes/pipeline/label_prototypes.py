@@ -1,0 +1,300 @@
+"""Labels defined by descriptions and a few examples, for a `bert_textcat` whose
+model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/prototypes.py`).
+
+* `read_label_descriptions`: the `label_descriptions` setting (inline, or a JSON
+  file) as label -> phrases, with an error that names the file and the label.
+* `set_prototypes`: each label's prototype from its examples and descriptions,
+  the softmax temperature (exclusive) or the per-label cosine thresholds
+  (multi-label) calibrated on the examples where there are any: what
+  `initialize` does, with or without examples.
+* `add_described_label`: a new label on a trained component, from its
+  descriptions and optionally a few examples; the trained labels keep their
+  prototypes.
+* `add_labels`: the same for several labels of a loaded pipeline (what
+  `bert-pipes add-label` runs).
+* `contrastive_step`: one training step of few-shot training: the
+  classifier's cross-entropy plus the pair loss over the batch's docs.
+No torch here: the math is in `models/prototypes.py`.
+"""
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union, cast
+
+import numpy
+from spacy.language import Language
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import Optimizer
+from thinc.types import Floats1d, Floats2d
+
+from ..models.prototypes import (
+    calibrate_scale,
+    contrastive_loss,
+    cosine_output,
+    label_prototypes,
+)
+
+if TYPE_CHECKING:
+    from .textcat import BertTextCategorizer
+
+LabelDescriptions = Optional[Union[str, Dict[str, Union[str, List[str]]]]]
+# The softmax scales (1 / temperature) that calibration tries.
+SCALES = tuple(float(s) for s in numpy.geomspace(5.0, 100.0, 25))
+# The cosines that per-label threshold calibration tries (multi-label).
+THRESHOLDS = tuple(float(t) for t in numpy.linspace(0.05, 0.95, 91))
+
+
+def read_label_descriptions(setting: LabelDescriptions, component: str) -> Dict[str, List[str]]:
+    """label -> its description phrases, from the setting: a mapping (label ->
+    a phrase or a list of phrases), or the path of a JSON file holding one."""
+    if setting is None:
+        return {}
+    where = f"[components.{component}.label_descriptions]"
+    data: object = setting
+    if isinstance(setting, (str, Path)):
+        path = Path(setting)
+        where = str(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf8"))
+        except OSError as error:
+            raise ValueError(
+                f"{path}: cannot read the label descriptions of '{component}': {error}"
+            ) from error
+        except ValueError as error:
+            raise ValueError(
+                f"{path}: the label descriptions are not valid JSON: {error}"
+            ) from error
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{where}: expected an object of label -> description (or list of "
+            f"descriptions), got {type(data).__name__}"
+        )
+    out: Dict[str, List[str]] = {}
+    for label, value in data.items():
+        phrases = [value] if isinstance(value, str) else value
+        if (
+            not isinstance(phrases, list)
+            or not phrases
+            or not all(isinstance(p, str) and p.strip() for p in phrases)
+        ):
+            raise ValueError(
+                f"{where}: the description of label {label!r} must be a non-empty "
+                f"string or a list of them, got {value!r}"
+            )
+        out[str(label)] = list(phrases)
+    return out
+
+
+def name_description(label: str) -> str:
+    """A label's name as a phrase: underscores as spaces ("card_arrival" -> "card arrival")."""
+    return " ".join(label.replace("_", " ").split())
+
+
+def phrase_docs(pipe: "BertTextCategorizer", phrases: Sequence[str]) -> List[Doc]:
+    """Docs of description phrases, through the component's template."""
+    template = pipe.cfg["description_template"]
+    return [Doc(pipe.vocab, words=[template.format(p)], spaces=[False]) for p in phrases]
+
+
+def sentence_vectors(pipe: "BertTextCategorizer", docs: Sequence[Doc]) -> numpy.ndarray:
+    """The unit sentence vectors of docs by the component's encoder. (n, width)"""
+    body = pipe.model.get_ref("body")
+    width = pipe.model.get_ref("output").get_dim("nI")
+    rows = [numpy.zeros((0, width), dtype="f")]
+    for start in range(0, len(docs), 64):
+        rows.append(pipe.model.ops.to_numpy(body.predict(list(docs[start : start + 64]))))
+    return numpy.concatenate(rows).astype("f")
+
+
+def description_vectors(
+    pipe: "BertTextCategorizer", labels: Sequence[str], descriptions: Dict[str, List[str]]
+) -> List[Optional[numpy.ndarray]]:
+    """Per label, the vectors of its descriptions (None for a label without)."""
+    phrases = [p for label in labels for p in descriptions.get(label, [])]
+    vectors = sentence_vectors(pipe, phrase_docs(pipe, phrases))
+    out: List[Optional[numpy.ndarray]] = []
+    start = 0
+    for label in labels:
+        n = len(descriptions.get(label, []))
+        out.append(vectors[start : start + n] if n else None)
+        start += n
+    return out
+
+
+def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None:
+    """Set every label's prototype from the examples that annotate it and its
+    descriptions, then calibrate the temperature (exclusive) or each label's
+    threshold (multi-label) on the examples."""
+    labels = list(pipe.labels)
+    descriptions = pipe.descriptions()
+    own = [eg for eg in examples if pipe.annotates(eg)]
+    truths, known = pipe.truths(own)
+    positive = truths * known  # (n_docs, n_labels)
+    vectors = sentence_vectors(pipe, [eg.reference for eg in own])
+    described = description_vectors(pipe, labels, descriptions)
+    weight = float(pipe.cfg["description_weight"])
+    prototypes = label_prototypes(vectors, positive, described, weight)
+    empty = [label for label, row in zip(labels, prototypes) if not row.any()]
+    if empty:
+        raise ValueError(
+            f"'{pipe.name}' has no example and no description for the label(s) "
+            f"{empty[:10]}: give them in label_descriptions (or set "
+            "label_names_as_descriptions = true) or add training examples"
+        )
+    output = pipe.model.get_ref("output")
+    ops = pipe.model.ops
+    output.set_param("W", ops.asarray2f(prototypes))
+    scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
+    cos = vectors @ prototypes.T  # (n_docs, n_labels)
+    if pipe.exclusive:
+        gold = positive.sum(axis=1) == 1
+        if gold.any():
+            loo = _leave_one_out(vectors, positive, described, weight, prototypes)
+            scale = calibrate_scale(loo[gold], positive[gold], SCALES)
+        output.set_param("log_scale", ops.asarray1f([numpy.log(scale)]))
+        output.set_param("b", ops.alloc1f(len(labels)))
+        return
+    thresholds = numpy.full(len(labels), float(pipe.cfg["similarity_threshold"]), dtype="f")
+    for j in range(len(labels)):
+        mask = known[:, j] > 0
+        if positive[mask, j].any():
+            thresholds[j] = _best_threshold(cos[mask, j], positive[mask, j])
+    output.set_param("b", ops.asarray1f(cast(Floats1d, -scale * thresholds)))
+
+
+def _leave_one_out(
+    vectors: numpy.ndarray,
+    positive: numpy.ndarray,
+    described: List[Optional[numpy.ndarray]],
+    weight: float,
+    prototypes: numpy.ndarray,
+) -> numpy.ndarray:
+    """Cosines of each doc with the prototypes, its own labels' prototypes made
+    without it, so that calibration does not see a doc in its own prototype."""
+    cos = vectors @ prototypes.T
+    counts = positive.sum(axis=0)
+    sums = positive.T @ vectors  # (n_labels, width)
+    for i, j in zip(*numpy.nonzero(positive)):
+        rest = (sums[j] - vectors[i]) / max(counts[j] - 1, 1)
+        if described[j] is not None:
+            rest = rest + weight * described[j].mean(axis=0)
+        norm = float(numpy.linalg.norm(rest))
+        cos[i, j] = float(vectors[i] @ rest) / norm if norm > 0 else 0.0
+    return cos
+
+
+def _best_threshold(cos: numpy.ndarray, truth: numpy.ndarray) -> float:
+    """The cosine of THRESHOLDS at which predicting the label gives the best F1."""
+    best, best_f = THRESHOLDS[0], -1.0
+    for t in THRESHOLDS:
+        predicted = cos >= t
+        tp = float((predicted & (truth > 0)).sum())
+        f = 2 * tp / max(float(predicted.sum() + (truth > 0).sum()), 1.0)
+        if f > best_f:
+            best, best_f = t, f
+    return best
+
+
+def add_described_label(
+    pipe: "BertTextCategorizer",
+    label: str,
+    descriptions: Sequence[str],
+    examples: Sequence[Doc] = (),
+) -> None:
+    """Add a label to an initialized (trained) component: its prototype is made
+    from its descriptions and its example docs (without training), with a zero
+    bias (exclusive) or the configured similarity_threshold (multi-label)."""
+    if label in pipe.labels:
+        raise ValueError(f"'{pipe.name}' already has the label {label!r}")
+    if not descriptions and not examples:
+        raise ValueError(f"Label {label!r}: give a description or an example to add it")
+    phrases = list(descriptions)
+    described = sentence_vectors(pipe, phrase_docs(pipe, phrases)) if phrases else None
+    vectors = sentence_vectors(pipe, list(examples))
+    positive = numpy.ones((len(vectors), 1), dtype="f")
+    weight = float(pipe.cfg["description_weight"])
+    row = label_prototypes(vectors, positive, [described], weight)  # (1, width)
+    output = pipe.model.get_ref("output")
+    ops = pipe.model.ops
+    W = ops.to_numpy(output.get_param("W"))
+    b = ops.to_numpy(output.get_param("b"))
+    scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
+    bias = 0.0 if pipe.exclusive else -scale * float(pipe.cfg["similarity_threshold"])
+    # thinc does not resize a layer with weights: a new output layer takes its place
+    grown = cosine_output(pipe.exclusive, scale, nO=len(b) + 1)
+    grown.set_dim("nI", W.shape[1])
+    grown.initialize()
+    grown.set_param("W", ops.asarray2f(cast(Floats2d, numpy.concatenate([W, row]))))
+    grown.set_param("b", ops.asarray1f(cast(Floats1d, numpy.append(b, bias).astype("f"))))
+    grown.set_param("log_scale", output.get_param("log_scale").copy())
+    pipe.model.replace_node(output, grown)
+    pipe.model.set_ref("output", grown)
+    pipe.model.set_dim("nO", len(b) + 1, force=True)
+    pipe.cfg["labels"].append(label)
+
+
+def contrastive_step(
+    pipe: "BertTextCategorizer",
+    examples: List[Example],
+    *,
+    drop: float,
+    sgd: Optional[Optimizer],
+    losses: Dict[str, float],
+) -> Dict[str, float]:
+    """One update: the classifier's loss (`get_loss`) plus contrastive_weight
+    times the pair loss over the batch's sentence vectors, docs of the same
+    label being the positive pairs (exclusive: the gold label; multi-label: a
+    doc's first gold label)."""
+    losses.setdefault(pipe.name, 0.0)
+    body, output = pipe.model.get_ref("body"), pipe.model.get_ref("output")
+    docs = [eg.predicted for eg in examples]
+    vectors, backprop_body = body.begin_update(docs)
+    scores, backprop_output = output.begin_update(vectors)
+    loss, d_logits = pipe.get_loss(examples, scores)
+    d_vectors = backprop_output(d_logits)
+    truths, known = pipe.truths(examples)
+    positive = truths * known
+    ids = [int(numpy.argmax(row)) if row.max() >= 0.5 else -1 for row in positive]
+    pair_loss, d_pairs = contrastive_loss(
+        pipe.model.ops.to_numpy(vectors), ids, float(pipe.cfg["contrastive_temperature"])
+    )
+    weight = float(pipe.cfg["contrastive_weight"])
+    backprop_body(d_vectors + weight * pipe.model.ops.asarray2f(d_pairs))
+    if sgd is not None:
+        pipe.finish_update(sgd)
+    losses[pipe.name] += loss + weight * pair_loss
+    return losses
+
+
+def add_labels(
+    nlp: Language,
+    descriptions: Dict[str, List[str]],
+    examples: Optional[Dict[str, List[str]]] = None,
+    component: Optional[str] = None,
+) -> List[str]:
+    """Add labels to a trained pipeline's `bert_textcat` (with a
+    PrototypeCatModel) by their descriptions and optionally example texts.
+
+    descriptions (Dict[str, List[str]]): label -> description phrases.
+    examples (Optional[Dict[str, List[str]]]): label -> example texts; a label
+        given examples only needs no description.
+    component (Optional[str]): The component's name; default: the pipeline's
+        only bert_textcat.
+    RETURNS (List[str]): The labels added, in order.
+    """
+    examples = examples or {}
+    if component is None:
+        names = [name for name, pipe in nlp.pipeline if hasattr(pipe, "add_described_label")]
+        if len(names) != 1:
+            raise ValueError(f"Name the bert_textcat component to add labels to; found {names}")
+        component = names[0]
+    pipe = cast("BertTextCategorizer", nlp.get_pipe(component))
+    new = list(dict.fromkeys([*descriptions, *examples]))
+    known = [label for label in new if label in pipe.labels]
+    if known:
+        raise ValueError(f"'{component}' already has the label(s) {known}")
+    for label in new:
+        docs = [nlp.make_doc(text) for text in examples.get(label, [])]
+        pipe.add_described_label(label, descriptions.get(label, []), docs)
+    return new

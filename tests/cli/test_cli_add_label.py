@@ -1,0 +1,60 @@
+"""`bert-pipes add-label`: new labels on a trained prototype bert_textcat."""
+
+import json
+from pathlib import Path
+
+import pytest
+import spacy
+from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
+from typer.testing import CliRunner
+
+from spacy_bert_pipes.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def trained(tiny_bert: Path, tmp_path: Path) -> Path:
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
+        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+    }
+    nlp.add_pipe("bert_textcat", config={"model": model})
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    nlp.to_disk(tmp_path / "trained")
+    return tmp_path / "trained"
+
+
+def test_add_label_by_description_and_examples(trained: Path, tmp_path: Path) -> None:
+    descriptions = tmp_path / "new.json"
+    descriptions.write_text(json.dumps({"pin": ["a new pin", "my pin"]}), encoding="utf8")
+    examples = tmp_path / "examples.jsonl"
+    rows = [{"text": "top up my account", "label": "top_up"}, {"text": "new pin", "label": "pin"}]
+    examples.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf8")
+    out = tmp_path / "extended"
+    args = ["add-label", str(trained), str(out), "--descriptions", str(descriptions)]
+    result = runner.invoke(app, args + ["--examples", str(examples)])
+    assert result.exit_code == 0, result.output
+    nlp = spacy.load(out)
+    assert nlp.get_pipe("bert_textcat").labels == (*LABELS, "pin", "top_up")
+    cats = nlp("top up my account").cats
+    assert max(cats, key=cats.__getitem__) == "top_up"
+
+
+def test_add_label_errors_name_the_problem(trained: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"pin": 3}', encoding="utf8")
+    result = runner.invoke(
+        app, ["add-label", str(trained), str(tmp_path / "o"), "--descriptions", str(bad)]
+    )
+    assert result.exit_code == 1
+    assert "bad.json" in result.output and "'pin'" in result.output
+    known = tmp_path / "known.json"
+    known.write_text('{"card": "my card"}', encoding="utf8")
+    result = runner.invoke(
+        app, ["add-label", str(trained), str(tmp_path / "o"), "--descriptions", str(known)]
+    )
+    assert result.exit_code == 1
+    assert "already has the label(s) ['card']" in result.output

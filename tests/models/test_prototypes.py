@@ -1,0 +1,123 @@
+"""The math of label prototypes (models/prototypes.py) and the pair batches
+(pipeline/pair_batches.py), on small arrays."""
+
+import random
+
+import numpy
+import pytest
+import spacy
+from spacy.training import Example
+from thinc.api import NumpyOps
+
+from spacy_bert_pipes.models.prototypes import (
+    calibrate_scale,
+    contrastive_loss,
+    cosine_output,
+    label_prototypes,
+)
+from spacy_bert_pipes.pipeline.pair_batches import configure_label_pairs_batcher
+
+
+def unit(rows: numpy.ndarray) -> numpy.ndarray:
+    return (rows / numpy.linalg.norm(rows, axis=1, keepdims=True)).astype("f")
+
+
+def numeric_grad(f, x: numpy.ndarray, eps: float = 1e-3) -> numpy.ndarray:  # type: ignore[no-untyped-def]
+    grad = numpy.zeros_like(x, dtype="f8")
+    for idx in numpy.ndindex(*x.shape):
+        old = x[idx]
+        x[idx] = old + eps
+        up = f(x)
+        x[idx] = old - eps
+        down = f(x)
+        x[idx] = old
+        grad[idx] = (up - down) / (2 * eps)
+    return grad
+
+
+def test_contrastive_loss_gradient_matches_finite_differences() -> None:
+    rng = numpy.random.default_rng(0)
+    vectors = unit(rng.normal(size=(6, 4))).astype("f8")
+    ids = [0, 0, 1, 1, 2, -1]
+    loss, grad = contrastive_loss(vectors, ids, 0.5)
+    expected = numeric_grad(lambda v: contrastive_loss(v, ids, 0.5)[0], vectors.copy())
+    assert loss > 0
+    assert grad == pytest.approx(expected, abs=1e-4)
+
+
+def test_contrastive_loss_pulls_pairs_together() -> None:
+    rng = numpy.random.default_rng(1)
+    vectors = unit(rng.normal(size=(4, 8)))
+    ids = [0, 0, 1, 1]
+    before, _ = contrastive_loss(vectors, ids, 0.1)
+    for _ in range(50):
+        _, grad = contrastive_loss(vectors, ids, 0.1)
+        vectors = unit(vectors - 0.05 * grad)
+    after, _ = contrastive_loss(vectors, ids, 0.1)
+    assert after < before
+    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])
+
+
+def test_contrastive_loss_without_pairs_is_zero() -> None:
+    vectors = unit(numpy.eye(3, dtype="f"))
+    loss, grad = contrastive_loss(vectors, [0, 1, -1], 0.1)
+    assert loss == 0.0 and not grad.any()
+
+
+def test_cosine_output_gradients() -> None:
+    ops = NumpyOps()
+    rng = numpy.random.default_rng(2)
+    layer = cosine_output(exclusive=True, scale=5.0, nO=3)
+    layer.set_dim("nI", 4)
+    layer.initialize()
+    layer.set_param("W", rng.normal(size=(3, 4)).astype("f"))
+    X = rng.normal(size=(2, 4)).astype("f")
+    target = numpy.asarray([[1, 0, 0], [0, 0, 1]], dtype="f")
+
+    def loss_of(x: numpy.ndarray) -> float:
+        Y = layer.predict(x.astype("f"))
+        return float(-(target * numpy.log(Y)).sum())
+
+    Y, backprop = layer.begin_update(X)
+    dX = backprop(ops.asarray2f(Y - target))  # cross-entropy: d_logits = Y - target
+    assert dX == pytest.approx(numeric_grad(loss_of, X.copy()), abs=2e-2)
+
+
+def test_label_prototypes_mix_examples_and_descriptions() -> None:
+    vectors = numpy.asarray([[1, 0], [0.8, 0.6]], dtype="f")
+    targets = numpy.asarray([[1, 0], [1, 0]], dtype="f")
+    described = [None, numpy.asarray([[0, 1]], dtype="f")]
+    P = label_prototypes(vectors, targets, described, description_weight=1.0)
+    assert P[0] == pytest.approx(unit(numpy.asarray([[0.9, 0.3]]))[0])
+    assert P[1] == pytest.approx([0, 1])
+    empty = label_prototypes(vectors, targets, [None, None], 1.0)
+    assert not empty[1].any()
+
+
+def test_calibrate_scale_prefers_sharp_when_right_and_soft_when_wrong() -> None:
+    cos = numpy.asarray([[0.9, 0.1], [0.2, 0.8]], dtype="f")
+    right = numpy.asarray([[1, 0], [0, 1]], dtype="f")
+    wrong = numpy.asarray([[1, 0], [1, 0]], dtype="f")
+    scales = [1.0, 5.0, 50.0]
+    assert calibrate_scale(cos, right, scales) == 50.0
+    assert calibrate_scale(cos, wrong, scales) < 50.0
+
+
+def test_pair_batches_hold_pairs_of_labels() -> None:
+    nlp = spacy.blank("en")
+    labels = [f"L{i}" for i in range(10)]
+    examples = []
+    for label in labels:
+        for j in range(4):
+            doc = nlp.make_doc(f"text {label} {j}")
+            examples.append(
+                Example.from_dict(doc, {"cats": {lb: float(lb == label) for lb in labels}})
+            )
+    random.seed(0)
+    batches = list(configure_label_pairs_batcher(size=8, per_label=2)(examples))
+    assert sum(len(b) for b in batches) == len(examples)
+    for batch in batches:
+        golds = [max(eg.reference.cats, key=eg.reference.cats.__getitem__) for eg in batch]
+        assert all(golds.count(g) >= 2 for g in golds)
+    with pytest.raises(ValueError, match="per_label"):
+        configure_label_pairs_batcher(size=8, per_label=1)

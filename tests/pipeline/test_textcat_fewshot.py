@@ -1,0 +1,204 @@
+"""bert_textcat with a PrototypeCatModel on a tiny random BERT: labels from
+descriptions (no examples), few-shot training with the pair loss, new labels."""
+
+import json
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+from helpers import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from spacy.language import Language
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+DESCRIPTIONS = {
+    "card": "my card still not arrived",
+    "fx": ["exchange rate for cash", "what exchange rate is this"],
+    "other": "hello world",
+}
+
+
+def make_nlp(tiny_bert: Path, exclusive: bool = True, **settings: object) -> Language:
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
+        "exclusive_classes": exclusive,
+        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+    }
+    nlp.add_pipe("bert_textcat", config={"model": model, **settings})
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    return nlp
+
+
+def top(nlp: Language, text: str) -> str:
+    cats = nlp(text).cats
+    return max(cats, key=cats.__getitem__)
+
+
+def test_zero_shot_initializes_without_examples(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_descriptions=DESCRIPTIONS)
+    nlp.initialize()
+    textcat = nlp.get_pipe("bert_textcat")
+    assert textcat.labels == ("card", "fx", "other")
+    # a doc that is a label's only description has cosine 1 with its prototype
+    assert top(nlp, "my card still not arrived") == "card"
+    assert top(nlp, "hello world") == "other"
+    cats = nlp("something else entirely").cats
+    assert sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
+    assert textcat.predict([]).shape == (0, 3)
+
+
+def test_label_names_as_descriptions(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_names_as_descriptions=True)
+    nlp.config["initialize"]["components"]["bert_textcat"]["labels"] = ["money_transfer", "pin"]
+    nlp.initialize()
+    assert top(nlp, "money transfer") == "money_transfer"
+    assert top(nlp, "pin") == "pin"
+
+
+def test_descriptions_from_a_json_file(tiny_bert: Path, tmp_path: Path) -> None:
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps(DESCRIPTIONS), encoding="utf8")
+    nlp = make_nlp(tiny_bert, label_descriptions=str(path))
+    nlp.initialize()
+    assert top(nlp, "what exchange rate is this") == "fx"
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (None, "cannot read the label descriptions"),
+        ("{not json", "not valid JSON"),
+        ('["card"]', "expected an object"),
+        ('{"card": ""}', "label 'card'"),
+        ('{"card": ["ok", 3]}', "label 'card'"),
+    ],
+)
+def test_a_bad_description_file_names_the_file(
+    tiny_bert: Path, tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "labels.json"
+    if content is not None:
+        path.write_text(content, encoding="utf8")
+    nlp = make_nlp(tiny_bert, label_descriptions=str(path))
+    with pytest.raises(ValueError, match=message) as error:
+        nlp.initialize()
+    assert str(path) in str(error.value)
+
+
+def test_a_described_label_must_be_a_label(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_descriptions={"unknown_label": "something"})
+    nlp.config["initialize"]["components"]["bert_textcat"]["labels"] = LABELS
+    with pytest.raises(ValueError, match="unknown_label"):
+        nlp.initialize(lambda: textcat_examples(nlp))
+
+
+def test_a_label_without_example_or_description_is_an_error(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_descriptions={"card": "my card"})
+    nlp.config["initialize"]["components"]["bert_textcat"]["labels"] = ["card", "pin"]
+    with pytest.raises(ValueError, match="'pin'"):
+        nlp.initialize()
+
+
+def test_descriptions_need_a_prototype_model(tiny_bert: Path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe(
+        "bert_textcat",
+        config={"model": {"encoder": SMALL_ENCODER}, "label_descriptions": DESCRIPTIONS},
+    )
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    with pytest.raises(ValueError, match="PrototypeCatModel"):
+        nlp.initialize()
+
+
+def test_prototypes_from_examples_predict_before_training(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, description_weight=0.0)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    # one example per label here for "other"... each text is nearest its own label's mean
+    hits = sum(top(nlp, text) == gold for text, gold in TRAIN_TEXTS)
+    assert hits >= 4
+
+
+@pytest.mark.parametrize("contrastive_weight", [0.0, 1.0])
+def test_few_shot_training_fits_the_examples(tiny_bert: Path, contrastive_weight: float) -> None:
+    nlp = make_nlp(tiny_bert, contrastive_weight=contrastive_weight)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    losses = [nlp.update(examples, sgd=optimizer, losses={})["bert_textcat"] for _ in range(40)]
+    assert losses[-1] < losses[0]
+    assert all(top(nlp, text) == gold for text, gold in TRAIN_TEXTS)
+
+
+def test_save_load_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_descriptions=DESCRIPTIONS)
+    nlp.initialize()
+    texts = ["my card", "exchange rate", "hello there world"]
+    before = [nlp(t).cats for t in texts]
+    nlp.to_disk(tmp_path / "zero")
+    loaded = spacy.load(tmp_path / "zero")
+    for text, cats in zip(texts, before):
+        assert loaded(text).cats == pytest.approx(cats, abs=1e-6)
+
+
+def test_a_new_label_by_description(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(10):
+        nlp.update(examples, sgd=optimizer)
+    textcat = nlp.get_pipe("bert_textcat")
+    before = nlp("why is my card not working").cats
+    textcat.add_described_label("pin", ["pin"], [nlp.make_doc("new pin")])
+    assert textcat.labels == (*LABELS, "pin")
+    after = nlp("why is my card not working").cats
+    assert set(after) == {*LABELS, "pin"}
+    # the trained labels keep their scores relative to each other
+    old = numpy.asarray([after[lb] for lb in LABELS]) / sum(after[lb] for lb in LABELS)
+    assert old == pytest.approx([before[lb] for lb in LABELS], abs=1e-5)
+    assert after["pin"] > 0
+    with pytest.raises(ValueError, match="already has the label 'pin'"):
+        textcat.add_described_label("pin", ["pin"])
+
+
+def test_a_new_label_at_load_time(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    nlp.to_disk(tmp_path / "trained")
+    new_labels = tmp_path / "new_labels.json"
+    new_labels.write_text(json.dumps({"pin": "a new pin"}), encoding="utf8")
+    overrides = {"components": {"bert_textcat": {"label_descriptions": str(new_labels)}}}
+    loaded = spacy.load(tmp_path / "trained", config=overrides)
+    assert loaded.get_pipe("bert_textcat").labels == (*LABELS, "pin")
+    assert top(loaded, "a new pin") == "pin"
+    plain = spacy.load(tmp_path / "trained")
+    assert plain.get_pipe("bert_textcat").labels == tuple(LABELS)
+
+
+def test_adding_a_label_needs_a_prototype_model(tiny_bert: Path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": SMALL_ENCODER}})
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    with pytest.raises(ValueError, match="PrototypeCatModel"):
+        nlp.get_pipe("bert_textcat").add_described_label("pin", ["pin"])
+
+
+def test_multi_label_zero_shot_thresholds(tiny_bert: Path) -> None:
+    nlp = make_nlp(
+        tiny_bert, exclusive=False, label_descriptions=DESCRIPTIONS, similarity_threshold=0.99
+    )
+    nlp.initialize()
+    cats = nlp("hello world").cats
+    # only the label whose description is the text reaches cosine 0.99
+    assert cats["other"] > 0.5
+    assert cats["card"] < 0.5 and cats["fx"] < 0.5
+
+
+def test_multi_label_thresholds_are_calibrated_on_examples(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, exclusive=False, similarity_threshold=0.99)
+    examples = textcat_examples(nlp)
+    nlp.initialize(lambda: examples)
+    hits = sum(nlp(text).cats[gold] >= 0.5 for text, gold in TRAIN_TEXTS)
+    assert hits == len(TRAIN_TEXTS)
