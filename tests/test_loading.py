@@ -85,6 +85,28 @@ def test_a_pipeline_without_a_bert_encoder_names_its_components(tmp_path: Path) 
         load_pipeline(tmp_path / "plain", precision="bf16")
 
 
+def test_reproducible_is_set_on_every_encoder(pipeline: str, tmp_path: Path) -> None:
+    nlp = load_pipeline(pipeline, reproducible=True)
+    encoders = [
+        node
+        for _, proc in nlp.components
+        for node in proc.model.walk()
+        if node.name == "bert_encoder"
+    ]
+    assert len(encoders) == 2 and all(node.attrs["reproducible"] for node in encoders)
+    assert not any(
+        node.attrs["reproducible"]
+        for _, proc in load_pipeline(pipeline).components
+        for node in proc.model.walk()
+        if node.name == "bert_encoder"
+    )
+    plain = spacy.blank("en")
+    plain.add_pipe("sentencizer")
+    plain.to_disk(tmp_path / "plain")
+    with pytest.raises(ValueError, match=r"reproducible batches.*no bert encoder.*sentencizer"):
+        load_pipeline(tmp_path / "plain", reproducible=True)
+
+
 class Unprintable(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no message")

@@ -60,6 +60,8 @@ def make_manifest(
             "chunk_size": options.chunk_size,
             "max_length": options.max_length,
             "precision": options.precision,
+            # only when set: manifests of runs without it stay the same
+            **({"reproducible": True} if options.reproducible else {}),
             "output_format": output_format,
             # None without --vectors: the same as a manifest written before vectors.
             "vectors": options.vectors_dtype if options.vectors else None,

@@ -182,8 +182,10 @@ def load_pipeline(pipeline: str, options: AnnotateOptions) -> Language:
     # fill the CPU kernel caches, growing RSS by hundreds of MB (see `memory`).
     bound_kernel_caches()
     try:
-        nlp = load_with_precision(pipeline, precision=options.precision)
-    except ValueError as err:  # a precision, but no bert encoder to set it on
+        nlp = load_with_precision(
+            pipeline, precision=options.precision, reproducible=options.reproducible
+        )
+    except ValueError as err:  # a precision (reproducible), but no bert encoder
         raise AnnotateError(str(err)) from None
     except OSError as err:  # no such folder or package, or an unreadable file in it
         raise AnnotateError(f"{pipeline}: cannot load the pipeline: {err}") from None

@@ -51,6 +51,8 @@ class AnnotateOptions:
     overwrite (bool): Discard an unfinished run in `OUTPUT.parts` and start over.
     precision (Optional[Precision]): Run every bert encoder of the pipeline at
         this precision ("bf16", "int8"...); None keeps the saved one.
+    reproducible (bool): Batch so that a doc's output does not depend on the
+        other docs of its batch or chunk (see `loading.set_reproducible`).
     vectors (bool): Add a "vector" column: every doc's `doc.vector` (see
         `annotate.vectors`; JSONL and Parquet only).
     vectors_dtype (VectorsDtype): "float32", or "float16" (Parquet: a float16
@@ -70,6 +72,7 @@ class AnnotateOptions:
     gpu_id: int = -1
     overwrite: bool = False
     precision: Optional[Precision] = None
+    reproducible: bool = False
     vectors: bool = False
     vectors_dtype: VectorsDtype = "float32"
 

@@ -103,6 +103,13 @@ def annotate_cli(
         "AVX-512 BF16 and GPUs; int8: CPU; default: as saved)",
         show_default=False,
     ),
+    reproducible: bool = typer.Option(
+        False,
+        "--reproducible",
+        help="Batch so that each doc's output does not depend on the other docs of its "
+        "batch: the same doc gives the same row in any collection (a little slower; "
+        "see docs/annotate.md)",
+    ),
     vectors: bool = typer.Option(
         False,
         "--vectors",
@@ -203,6 +210,7 @@ def annotate_cli(
             gpu_id=gpu_id if engine == "local" else -1,
             overwrite=overwrite,
             precision=precision,
+            reproducible=reproducible,
             vectors=vectors,
             vectors_dtype=vectors_dtype,
         )

@@ -38,7 +38,14 @@ from .segments import CONTEXTS
 from .tokens import tokenized
 from .types import BatchSlice, DocEncoding, DocEncodingGrad, Precision
 from .window_layout import layout_windows
-from .windows import copy_rows, pack_batches, segment_sums
+from .windows import (
+    bucket_length,
+    copy_rows,
+    pack_batches,
+    pack_reproducible,
+    reproducible_rows,
+    segment_sums,
+)
 
 if TYPE_CHECKING:  # torch is imported only when an encoder is built
     from .hf_shim import HFShim
@@ -125,6 +132,8 @@ def BertEncoderV2(
             "context": context,
             # what `context = "auto"` learned from the training docs (learn_context)
             "learned_context": None,
+            # set at load time by `loading.set_reproducible`
+            "reproducible": False,
         },
     )
 
@@ -191,26 +200,36 @@ def run_windows(
     if shim.uses_cases and cases is None:
         raise ValueError("An encoder with case embeddings needs the windows' casing classes")
     lengths = [len(ids) for ids, _ in windows]
-    batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
+    # reproducible: each window padded as it would be alone (set at load time)
+    reproducible = encoder.attrs.get("reproducible", False) and not is_train
+    if reproducible:
+        batches = pack_reproducible(lengths)
+    else:
+        batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
     outputs: List[Any] = [None] * len(windows)
     callbacks = []
     for batch in batches:
         batch_lengths = numpy.asarray([lengths[i] for i in batch], dtype="i")
         longest = int(batch_lengths.max())
-        width = shim.padded_length(longest, is_train)
-        # (batch, length): True over each window's real wordpieces, row by row
+        width = bucket_length(longest) if reproducible else shim.padded_length(longest, is_train)
+        rows = batch
+        if reproducible:  # every call of a width has one shape: copies of row 0 fill it
+            rows = batch + [batch[0]] * (reproducible_rows(width) - len(batch))
+            batch_lengths = numpy.asarray([lengths[i] for i in rows], dtype="i")
+        # (rows, length): True over each window's real wordpieces, row by row
         mask = numpy.arange(width)[None, :] < batch_lengths[:, None]
-        ids = numpy.full((len(batch), width), pad, dtype="i")
-        ids[mask] = numpy.concatenate([windows[i][0] for i in batch])
-        types = numpy.zeros((len(batch), width), dtype="i")
-        types[mask] = numpy.concatenate([windows[i][1] for i in batch])
+        ids = numpy.full((len(rows), width), pad, dtype="i")
+        ids[mask] = numpy.concatenate([windows[i][0] for i in rows])
+        types = numpy.zeros((len(rows), width), dtype="i")
+        types[mask] = numpy.concatenate([windows[i][1] for i in rows])
         inputs = [ids, mask.astype("i"), types]
         if shim.uses_cases:
-            case_ids = numpy.zeros((len(batch), width), dtype="i")
-            case_ids[mask] = numpy.concatenate([cast(Sequence[Ints1d], cases)[i] for i in batch])
+            case_ids = numpy.zeros((len(rows), width), dtype="i")
+            case_ids[mask] = numpy.concatenate([cast(Sequence[Ints1d], cases)[i] for i in rows])
             inputs.append(case_ids)
         # (batch, length, width)
         hidden, backprop = run_batch(shim, tuple(xp.asarray(a) for a in inputs), is_train)
+        hidden = hidden[: len(batch)]  # the copies' rows are dropped (prediction only)
         for row, i in enumerate(batch):
             outputs[i] = hidden[row, : lengths[i]]
         callbacks.append((batch, hidden, backprop))

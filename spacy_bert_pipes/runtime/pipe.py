@@ -34,7 +34,13 @@ Item = Tuple[str, Any]
 _ENCODING_KEY = ("._.", ENCODING_ATTR, None, None)
 
 
-def _setup(pipeline: str, gpu_id: int, precision: Optional[Precision], max_length: int) -> Language:
+def _setup(
+    pipeline: str,
+    gpu_id: int,
+    precision: Optional[Precision],
+    reproducible: bool,
+    max_length: int,
+) -> Language:
     from ..memory import bound_kernel_caches
 
     bound_kernel_caches()
@@ -42,7 +48,7 @@ def _setup(pipeline: str, gpu_id: int, precision: Optional[Precision], max_lengt
         import spacy
 
         spacy.require_gpu(gpu_id)
-    nlp = load_pipeline(pipeline, precision=precision)
+    nlp = load_pipeline(pipeline, precision=precision, reproducible=reproducible)
     nlp.max_length = max(nlp.max_length, max_length)
     return nlp
 
@@ -66,6 +72,7 @@ def pipe_in_workers(
     chunk_size: int = 256,
     as_tuples: bool = False,
     precision: Optional[Precision] = None,
+    reproducible: bool = False,
     max_length: int = 0,
 ) -> Iterator[Union[Doc, Tuple[Doc, Any]]]:
     """Run a saved pipeline over `texts` in worker processes; yield the Docs
@@ -89,6 +96,8 @@ def pipe_in_workers(
     as_tuples (bool): The texts are (text, context) pairs; yield (Doc, context).
     precision (Optional[Precision]): Run the bert encoders at this precision
         ("fp32", "bf16"...); None keeps the saved one.
+    reproducible (bool): Batch so that a doc's annotations do not depend on
+        the other docs of its batch (see `loading.set_reproducible`).
     max_length (int): Raise the pipeline's `max_length` to this (0: keep it).
     YIELDS (Union[Doc, Tuple[Doc, Any]]): A Doc per text, or (Doc, context).
     RAISES (WorkerError): The pipeline raised on a chunk, or a chunk's worker
@@ -98,7 +107,7 @@ def pipe_in_workers(
         raise ValueError("chunk_size and batch_size must be at least 1")
     n_workers = workers or auto_workers(gpu_id)
     nlp = load_pipeline(pipeline, precision=precision)
-    setup = functools.partial(_setup, str(pipeline), gpu_id, precision, max_length)
+    setup = functools.partial(_setup, str(pipeline), gpu_id, precision, reproducible, max_length)
     work = functools.partial(_run_chunk, batch_size)
     items: Iterator[Item] = (
         cast(Item, item) if as_tuples else (cast(str, item), None) for item in texts

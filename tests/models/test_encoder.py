@@ -17,7 +17,7 @@ from transformers import BertModel, BertTokenizerFast
 from spacy_bert_pipes.models.encoder import BertEncoder
 from spacy_bert_pipes.models.loaders import HFCheckpoint
 from spacy_bert_pipes.models.types import DocEncodingGrad
-from spacy_bert_pipes.models.windows import plan_windows
+from spacy_bert_pipes.models.windows import plan_windows, reproducible_rows
 
 SHORT = "Hello world, my card payment did not arrive in Paris!"
 # Out-of-vocabulary words become several wordpieces; no [UNK] in these texts.
@@ -187,6 +187,32 @@ def test_packing_does_not_change_results(tiny_bert, nlp):
             assert enc.wordpieces.shape == exp.wordpieces.shape
             assert_allclose(enc.wordpieces, exp.wordpieces, atol=1e-5)
             assert numpy.array_equal(enc.offsets, exp.offsets)
+
+
+def test_reproducible_calls_have_one_shape_per_width(tiny_bert, nlp, monkeypatch):
+    """In reproducible mode a doc's windows go through transformer calls of
+    the same shape alone and among others, and get the same outputs."""
+    import spacy_bert_pipes.models.encoder as encoder_module
+
+    shapes = []
+    run_batch = encoder_module.run_batch
+
+    def recorded(shim, inputs, is_train):
+        shapes.append(tuple(inputs[0].shape))
+        return run_batch(shim, inputs, is_train)
+
+    monkeypatch.setattr(encoder_module, "run_batch", recorded)
+    texts = [LONG * 3, "", SHORT, "hello", LONG, "   ", SHORT + " " + LONG]
+    docs = [nlp(text) for text in texts]
+    encoder = make_encoder(tiny_bert, max_length=32, stride=8)
+    encoder.attrs["reproducible"] = True
+    together = encoder.predict(docs)
+    alone = [encoder.predict([doc])[0] for doc in docs]
+    rows = {width: reproducible_rows(width) for width in (16, 32)}
+    assert shapes and all(shape == (rows[shape[1]], shape[1]) for shape in shapes)
+    for enc, exp in zip(together, alone):
+        assert numpy.array_equal(enc.cls, exp.cls)
+        assert numpy.array_equal(enc.wordpieces, exp.wordpieces)
 
 
 def test_very_long_doc(tiny_bert, hf, nlp):

@@ -7,9 +7,14 @@ import numpy
 import pytest
 
 from spacy_bert_pipes.models.windows import (
+    REPRODUCIBLE_BUCKET,
+    REPRODUCIBLE_TOKENS,
+    bucket_length,
     copy_rows,
     pack_batches,
+    pack_reproducible,
     plan_windows,
+    reproducible_rows,
     segment_sums,
     window_spans,
 )
@@ -192,3 +197,20 @@ def test_copy_rows_equals_fancy_indexing(seed):
     dest = numpy.zeros((70, 4), "f")
     copy_rows(numpy, dest, dest_rows, source, source_rows)
     assert numpy.array_equal(dest, expected)
+
+
+def test_pack_reproducible_batches_one_shape_per_width():
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 130) for _ in range(300)]
+    batches = pack_reproducible(lengths)
+    assert sorted(itertools.chain(*batches)) == list(range(len(lengths)))
+    for batch in batches:
+        widths = {bucket_length(lengths[i]) for i in batch}
+        assert len(widths) == 1  # every member padded as it would be alone
+        (width,) = widths
+        assert width % REPRODUCIBLE_BUCKET == 0 and width - REPRODUCIBLE_BUCKET < min(
+            lengths[i] for i in batch
+        )
+        assert 1 <= len(batch) <= reproducible_rows(width)
+    assert reproducible_rows(16) * 16 == REPRODUCIBLE_TOKENS
+    assert reproducible_rows(10_000) == 1
