@@ -26,6 +26,9 @@ PER/ORG/LOC/MISC):
                     (pinned host tensors on CUDA); timed are the copies and forwards.
   bare-device       the device ceiling: the same forwards over batches already on the
                     device, timed with CUDA events on a GPU (wall clock on the CPU).
+  ours-device       our encoder's own forward (HFShim.predict, with its precision
+                    handling) over the same batches already on the device: what our
+                    forward costs, without the host work around it.
   bare-qa           the same for question/context windows (max_seq_len 384, doc_stride 128).
   ours-textcat      bert_textcat (mean pooling) on its own encoder.
   ours-ner          bert_ner (first wordpiece, case features) on its own encoder.
@@ -75,6 +78,7 @@ WORKLOADS = ("short", "news", "long")
 SYSTEMS = (
     "bare",
     "bare-device",
+    "ours-device",
     "bare-qa",
     "ours-textcat",
     "ours-ner",
@@ -104,6 +108,7 @@ RATIOS = [
     ("ours-ner", "bare"),
     ("ours-textcat-ner", "bare"),
     ("ours-textcat-ner", "bare-device"),
+    ("ours-device", "bare-device"),
     ("ours-qa", "bare-qa"),
     ("ours-textcat-ner", "trf-textcat-ner"),
     ("ours-textcat", "hf-textcat"),
@@ -233,8 +238,11 @@ def count_batches(counts: Dict[str, int], lengths: List[int], batches: List[List
 
 
 def build_bare(
-    s: Settings, qa: bool, device_ceiling: bool = False
+    s: Settings, qa: bool, device_ceiling: bool = False, ours: bool = False
 ) -> Tuple[Runner, Dict[str, Any]]:
+    """The bare forwards (see the module docstring); with `ours`, our encoder's
+    own forward (`HFShim.predict`: its precision handling, reduced-precision
+    copy and attention backends) over the same batches, already on the device."""
 
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -292,6 +300,12 @@ def build_bare(
     if precision == "bf16":
         model = model.to(torch.bfloat16)
     model = model.to(device)
+    shim = our_shim(s, precision) if ours else None
+
+    if shim is not None:
+        from thinc.api import get_current_ops
+
+        shim_xp = get_current_ops().xp
 
     def tensors(windows: List[Tuple[List[int], int]], batch: List[int]) -> List[Any]:
         """ids, mask, segment ids of a batch (batch, longest), filled without a
@@ -321,7 +335,9 @@ def build_bare(
             count_batches(counts, lengths, batches)
             for batch in batches:
                 arrays = tensors(windows, batch)
-                if device_ceiling:
+                if shim is not None:  # as our encoder hands them over: int32, on its xp
+                    arrays = [shim_xp.asarray(a.numpy().astype("i")) for a in arrays]
+                elif device_ceiling:
                     arrays = [a.to(device) for a in arrays]
                 built.append(arrays)
         prepared[id(texts)] = (built, counts)
@@ -332,6 +348,12 @@ def build_bare(
         built, counts = prepared[id(texts)]
         width = 0
         timer = DeviceTimer(device)
+        if shim is not None:
+            with timer:
+                for arrays in built:
+                    width = shim.predict(tuple(arrays)).shape[-1]
+            checks = {**counts, "hidden_width": int(width), "ok": counts["windows"] >= len(texts)}
+            return {**checks, "device_seconds": timer.seconds}
         with torch.inference_mode(), attention_backends(device):
             with float32_matmuls(precision, device), timer:
                 for ids, mask, types in built:
@@ -394,6 +416,23 @@ class DeviceTimer:
             self.seconds = self.start.elapsed_time(self.end) / 1000
         else:
             self.seconds = time.perf_counter() - self.wall
+
+
+def our_shim(s: Settings, precision: str) -> Any:
+    """Our encoder (the default checkpoint) predicting at `precision`, on the
+    current device (thinc's: the GPU after `spacy.require_gpu`): its HFShim."""
+    from spacy_bert_pipes.models.encoder import BertEncoderV2, hf_shim
+    from spacy_bert_pipes.models.loaders import HFCheckpoint
+
+    encoder = BertEncoderV2(
+        max_length=s.max_length,
+        stride=s.stride,
+        max_batch_tokens=s.max_batch_tokens,
+        predict_precision=precision,
+    )
+    HFCheckpoint(encoder_folder()).load_encoder(encoder)
+    encoder.initialize()
+    return hf_shim(encoder)
 
 
 def encoder_config(s: Settings) -> Dict[str, Any]:
@@ -718,6 +757,7 @@ NOTES = {
     "discarded.",
     "bare-device": "The device ceiling: the bare forwards over batches already on the "
     "device, timed on the device (CUDA events; the wall clock on the CPU).",
+    "ours-device": "Our encoder's own forward (HFShim.predict) over the bare-device batches.",
     "bare-qa": "Question/context windows as in ours-qa; tokenization and forward only.",
     "ours-qa": "3 questions per text; words count the contexts only.",
     "trf-textcat-ner": "spacy-transformers windows are spans of spaCy tokens (strided_spans: "
@@ -767,9 +807,12 @@ def run_system(system: str, s: Settings) -> Dict[str, Any]:
 
     rss_start = proc_status_mb("VmRSS")
     start = time.perf_counter()
-    if system in ("bare", "bare-qa", "bare-device"):
+    if system in ("bare", "bare-qa", "bare-device", "ours-device"):
         runner, settings = build_bare(
-            s, qa=system == "bare-qa", device_ceiling=system == "bare-device"
+            s,
+            qa=system == "bare-qa",
+            device_ceiling=system in ("bare-device", "ours-device"),
+            ours=system == "ours-device",
         )
     elif system.startswith("ours"):
         runner, settings = build_ours(s, system)

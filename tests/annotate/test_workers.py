@@ -109,3 +109,16 @@ def test_settings_that_would_hang_or_clash_are_refused(
 ) -> None:
     with pytest.raises(AnnotateError, match=message):
         prepare_run(pipeline, input_path, tmp_path / "out.jsonl", AnnotateOptions(**settings))
+
+
+@pytest.mark.gpu
+def test_workers_on_the_gpu_write_the_bytes_of_one_gpu_process(
+    pipeline: str, input_path: Path, tmp_path: Path
+) -> None:
+    """Spawned workers load the pipeline onto the GPU themselves (a forked
+    process would hang there), and write what one process on the GPU writes."""
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    options = {"chunk_size": CHUNK, "batch_size": 4, "gpu_id": 0}
+    run(pipeline, input_path, two, workers=2, **options)
+    run(pipeline, input_path, one, workers=1, **options)
+    assert two.read_bytes() == one.read_bytes()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The GPU benchmark in one call (not a test), for a CUDA machine without package
+# access, within 9 minutes (the limits below add up to 535 s), its results in
+# one tarball.
+#
+#   ../shared/tools/gpu-bundle                     # here, after `make install`
+#   bash bench/gpu.sh                              # there, from the project's root
+#
+# Steps, each under its own time limit (a step that runs out is cut off, its log
+# kept, and the next one runs):
+#   1. `bash .gpu/stage.sh` (packages, entry points, the encoder's files with
+#      same-shaped random weights: timings only), when .gpu/ is there;
+#   2. `make gpu`'s tests (pytest -m gpu);
+#   3. trained heads (bench/trained.py, 30 steps each, fp32: what users run, not
+#      accurate with random encoder weights);
+#   4. bench/speed.py on news paragraphs and Banking77 queries, fp32 and bf16:
+#      bare, bare-device, ours-device (our own forward over batches on the
+#      device), ours textcat+ner, and spacy-transformers (fp32);
+#   5. `bert-pipes annotate` with workers 1, 2, 4 and 8 over the news paragraphs
+#      repeated 5 times and the queries repeated 4 times, fp32, OUTPUT's bytes
+#      compared (bench/annotate_workers.py);
+#   6. torch.profiler over our forward, fp32 and bf16 (bench/forward_profile.py).
+# Writes $OUT/gpu_results.tar.gz (everything under $OUT/gpu, logs included).
+set -u
+PY=${PY:-python3}
+GPU=${GPU:-0}
+OUT=${OUT:-bench/results}
+WORK=${WORK:-/tmp/gpu_bench}
+RESULTS=$OUT/gpu
+mkdir -p "$RESULTS" "$WORK"
+START=$(date +%s)
+log() { echo "[$(( $(date +%s) - START )) s] $*" | tee -a "$RESULTS/steps.log"; }
+step() {  # NAME SECONDS COMMAND...: run with a limit, output to NAME.log
+    local name=$1 limit=$2
+    shift 2
+    log "start $name (limit ${limit} s)"
+    timeout "$limit" "$@" >"$RESULTS/$name.log" 2>&1
+    log "end $name: exit $?"
+}
+
+[ -f .gpu/stage.sh ] && step stage 40 bash .gpu/stage.sh
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$RESULTS/gpu.csv" 2>&1
+step gpu_tests 70 "$PY" -m pytest -q -ra -m gpu -p no:cacheprovider
+step trained 70 "$PY" bench/trained.py --out "$WORK/trained" --textcat-steps 30 \
+    --ner-steps 30 --precisions fp32
+SPEED=(--gpu "$GPU" --threads 0 --max-batch-tokens 16384 --batch-size 256 --limit 0
+       --trained "$WORK/trained")
+for workload in news short; do
+    step "speed_${workload}_fp32" 60 "$PY" bench/speed.py --workload "$workload" \
+        --precision fp32 "${SPEED[@]}" \
+        --systems bare,bare-device,ours-device,ours-textcat-ner,trf-textcat-ner \
+        --output "$RESULTS/speed_${workload}_fp32.json"
+    step "speed_${workload}_bf16" 35 "$PY" bench/speed.py --workload "$workload" \
+        --precision bf16 "${SPEED[@]}" --systems bare-device,ours-device,ours-textcat-ner \
+        --output "$RESULTS/speed_${workload}_bf16.json"
+done
+PIPELINE=$WORK/trained/textcat-ner
+step annotate_news 90 "$PY" bench/annotate_workers.py "$PIPELINE" --workload news \
+    --repeat 5 --workers 1,2,4,8 --gpu-id "$GPU" --work "$WORK/annotate" \
+    --output "$RESULTS/annotate_workers_news.json"
+step annotate_short 45 "$PY" bench/annotate_workers.py "$PIPELINE" --workload short \
+    --repeat 4 --workers 1,2,4,8 --gpu-id "$GPU" --work "$WORK/annotate" \
+    --output "$RESULTS/annotate_workers_short.json"
+step profile 30 "$PY" bench/forward_profile.py --gpu "$GPU" --precisions fp32,bf16 \
+    --limit 500 --output "$RESULTS"
+cp "$WORK/trained/trained.json" "$RESULTS/" 2>/dev/null
+log "done"
+tar -czf "$OUT/gpu_results.tar.gz" -C "$OUT" gpu
