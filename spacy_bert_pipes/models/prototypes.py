@@ -39,6 +39,7 @@ def PrototypeCatModel(
     encoder: Model[List[Doc], List[DocEncoding]],
     exclusive_classes: bool = True,
     temperature: float = 0.05,
+    prototype_norm: float = 1.0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], Floats2d]:
     """Document classifier by cosine similarity to label prototypes.
@@ -49,15 +50,22 @@ def PrototypeCatModel(
         sigmoid (scale = 1 / temperature). The component calibrates it on its
         initialize examples when it has some; with none (zero-shot) this value
         is used. Training goes on from it.
+    prototype_norm (float): The length the prototypes are stored at. The cosine
+        does not see it, but the optimizer's steps are about the learning rate
+        whatever a weight's size, so a shorter prototype moves faster: this sets
+        how fast the prototypes learn relative to the encoder.
     nO (Optional[int]): Number of labels, inferred from the data if unset.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if temperature <= 0 or prototype_norm <= 0:
+        raise ValueError(
+            f"temperature and prototype_norm must be > 0, got {temperature}, {prototype_norm}"
+        )
     body: Model[List[Doc], Floats2d] = chain(encoder, sentence_vectors())
     output = cosine_output(exclusive_classes, 1.0 / temperature, nO=nO)
     model: Model[List[Doc], Floats2d] = chain(body, output)
     model.attrs["exclusive_classes"] = exclusive_classes
     model.attrs["prototypes"] = True
+    model.attrs["prototype_norm"] = prototype_norm
     model.set_ref("encoder", encoder)
     model.set_ref("body", body)
     model.set_ref("output", output)
@@ -168,6 +176,16 @@ def cosine_output(exclusive: bool, scale: float, nO: Optional[int] = None) -> Mo
         params={"W": None, "b": None, "log_scale": None},
         attrs={"exclusive": exclusive},
     )
+
+
+def store_prototypes(model: Model, prototypes: Array) -> None:
+    """Set the prototypes (n_labels, width) of a PrototypeCatModel's output
+    layer, stored at the model's prototype_norm."""
+    xp = get_array_module(prototypes)
+    norms = xp.maximum(xp.linalg.norm(prototypes, axis=1, keepdims=True), 1e-12)
+    rows = prototypes / norms * model.attrs["prototype_norm"]
+    output = model.get_ref("output")
+    output.set_param("W", model.ops.asarray2f(rows.astype("f")))
 
 
 def label_prototypes(

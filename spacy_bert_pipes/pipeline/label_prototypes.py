@@ -33,6 +33,7 @@ from ..models.prototypes import (
     contrastive_loss,
     cosine_output,
     label_prototypes,
+    store_prototypes,
 )
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None
         )
     output = pipe.model.get_ref("output")
     ops = pipe.model.ops
-    output.set_param("W", ops.asarray2f(prototypes))
+    store_prototypes(pipe.model, prototypes)
     scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
     cos = vectors @ prototypes.T  # (n_docs, n_labels)
     if pipe.exclusive:
@@ -225,6 +226,7 @@ def add_described_label(
     grown = cosine_output(pipe.exclusive, scale, nO=len(b) + 1)
     grown.set_dim("nI", W.shape[1])
     grown.initialize()
+    row = row * float(pipe.model.attrs["prototype_norm"])  # as the others are stored
     grown.set_param("W", ops.asarray2f(cast(Floats2d, numpy.concatenate([W, row]))))
     grown.set_param("b", ops.asarray1f(cast(Floats1d, numpy.append(b, bias).astype("f"))))
     grown.set_param("log_scale", output.get_param("log_scale").copy())

@@ -121,3 +121,25 @@ def test_pair_batches_hold_pairs_of_labels() -> None:
         assert all(golds.count(g) >= 2 for g in golds)
     with pytest.raises(ValueError, match="per_label"):
         configure_label_pairs_batcher(size=8, per_label=1)
+
+
+def test_sentence_vectors_are_bert_vectors_geometry() -> None:
+    """The same vector as the checkpoint's sentence-transformers pooling (mean
+    over [CLS], wordpieces and [SEP], unit length) that bert_vectors writes."""
+    from spacy_bert_pipes.models.pooling import Pooling, pool_doc
+    from spacy_bert_pipes.models.prototypes import sentence_vectors
+    from spacy_bert_pipes.models.types import DocEncoding
+
+    rng = numpy.random.default_rng(3)
+    encodings = [
+        DocEncoding(
+            cls=rng.normal(size=4).astype("f"),
+            wordpieces=rng.normal(size=(n, 4)).astype("f"),
+            offsets=numpy.zeros((n, 2), dtype="i"),
+            sep=rng.normal(size=4).astype("f"),
+        )
+        for n in (3, 1, 5)
+    ]
+    X = sentence_vectors().predict(encodings)
+    expected = [pool_doc(enc, Pooling(("mean",), normalize=True)) for enc in encodings]
+    assert X == pytest.approx(numpy.stack(expected), abs=1e-6)

@@ -19,11 +19,14 @@ DESCRIPTIONS = {
 }
 
 
-def make_nlp(tiny_bert: Path, exclusive: bool = True, **settings: object) -> Language:
+def make_nlp(
+    tiny_bert: Path, exclusive: bool = True, prototype_norm: float = 1.0, **settings: object
+) -> Language:
     nlp = spacy.blank("en")
     model = {
         "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
         "exclusive_classes": exclusive,
+        "prototype_norm": prototype_norm,
         "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
     }
     nlp.add_pipe("bert_textcat", config={"model": model, **settings})
@@ -202,3 +205,14 @@ def test_multi_label_thresholds_are_calibrated_on_examples(tiny_bert: Path) -> N
     nlp.initialize(lambda: examples)
     hits = sum(nlp(text).cats[gold] >= 0.5 for text, gold in TRAIN_TEXTS)
     assert hits == len(TRAIN_TEXTS)
+
+
+def test_prototype_norm_changes_storage_not_predictions(tiny_bert: Path) -> None:
+    cats = []
+    for norm in (1.0, 0.01):
+        nlp = make_nlp(tiny_bert, prototype_norm=norm)
+        nlp.initialize(lambda: textcat_examples(nlp))
+        W = nlp.get_pipe("bert_textcat").model.get_ref("output").get_param("W")
+        assert numpy.linalg.norm(W, axis=1) == pytest.approx(norm, rel=1e-4)
+        cats.append(nlp("my card is not working").cats)
+    assert cats[0] == pytest.approx(cats[1], abs=1e-5)
