@@ -211,7 +211,7 @@ def test_prototype_norm_changes_storage_not_predictions(tiny_bert: Path) -> None
     cats = []
     for norm in (1.0, 0.01):
         nlp = make_nlp(tiny_bert, prototype_norm=norm)
-        nlp.initialize(lambda: textcat_examples(nlp))
+        nlp.initialize(lambda examples=textcat_examples(nlp): examples)
         W = nlp.get_pipe("bert_textcat").model.get_ref("output").get_param("W")
         assert numpy.linalg.norm(W, axis=1) == pytest.approx(norm, rel=1e-4)
         cats.append(nlp("my card is not working").cats)
