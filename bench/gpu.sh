@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU benchmark in one call (not a test), for a CUDA machine without package
-# access, within 9 minutes (the limits below add up to 535 s), its results in
+# access, within 9 minutes (the limits below add up to 520 s), its results in
 # one tarball.
 #
 #   ../shared/tools/gpu-bundle                     # here, after `make install`
@@ -17,15 +17,21 @@
 #      bare, bare-device, ours-device (our own forward over batches on the
 #      device), ours textcat+ner, and spacy-transformers (fp32);
 #   5. `bert-pipes annotate` with workers 1, 2, 4 and 8 over the news paragraphs
-#      repeated 5 times and the queries repeated 4 times, fp32, OUTPUT's bytes
+#      repeated 3 times and the queries twice, fp32, OUTPUT's bytes
 #      compared (bench/annotate_workers.py);
 #   6. torch.profiler over our forward, fp32 and bf16 (bench/forward_profile.py).
 # Writes $OUT/gpu_results.tar.gz (everything under $OUT/gpu, logs included).
+# LIMIT=N takes each workload's first N texts (0: all), and GPU=-1 runs on the
+# CPU; TRAINED=DIR uses bench/trained.py's pipelines in DIR instead of training:
+# `GPU=-1 LIMIT=20 TRAINED=/tmp/trained bash bench/gpu.sh` checks the script itself.
 set -u
 PY=${PY:-python3}
 GPU=${GPU:-0}
 OUT=${OUT:-bench/results}
 WORK=${WORK:-/tmp/gpu_bench}
+LIMIT=${LIMIT:-0}
+PROFILE_LIMIT=$([ "$LIMIT" = 0 ] && echo 500 || echo "$LIMIT")
+TRAINED=${TRAINED:-}
 RESULTS=$OUT/gpu
 mkdir -p "$RESULTS" "$WORK"
 START=$(date +%s)
@@ -38,31 +44,35 @@ step() {  # NAME SECONDS COMMAND...: run with a limit, output to NAME.log
     log "end $name: exit $?"
 }
 
-[ -f .gpu/stage.sh ] && step stage 40 bash .gpu/stage.sh
+[ -f .gpu/stage.sh ] && step stage 30 bash .gpu/stage.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$RESULTS/gpu.csv" 2>&1
-step gpu_tests 70 "$PY" -m pytest -q -ra -m gpu -p no:cacheprovider
-step trained 70 "$PY" bench/trained.py --out "$WORK/trained" --textcat-steps 30 \
-    --ner-steps 30 --precisions fp32
-SPEED=(--gpu "$GPU" --threads 0 --max-batch-tokens 16384 --batch-size 256 --limit 0
-       --trained "$WORK/trained")
+step gpu_tests 60 "$PY" -m pytest -q -ra -m gpu -p no:cacheprovider
+if [ -z "$TRAINED" ]; then
+    TRAINED=$WORK/trained
+    step trained 60 "$PY" bench/trained.py --out "$TRAINED" --textcat-steps 30 \
+        --ner-steps 30 --precisions fp32
+fi
+SPEED=(--gpu "$GPU" --threads 0 --max-batch-tokens 16384 --batch-size 256 --limit "$LIMIT"
+       --trained "$TRAINED")
+declare -A FP32_LIMIT=([news]=90 [short]=60) BF16_LIMIT=([news]=40 [short]=35)
 for workload in news short; do
-    step "speed_${workload}_fp32" 60 "$PY" bench/speed.py --workload "$workload" \
+    step "speed_${workload}_fp32" "${FP32_LIMIT[$workload]}" "$PY" bench/speed.py --workload "$workload" \
         --precision fp32 "${SPEED[@]}" \
         --systems bare,bare-device,ours-device,ours-textcat-ner,trf-textcat-ner \
         --output "$RESULTS/speed_${workload}_fp32.json"
-    step "speed_${workload}_bf16" 35 "$PY" bench/speed.py --workload "$workload" \
+    step "speed_${workload}_bf16" "${BF16_LIMIT[$workload]}" "$PY" bench/speed.py --workload "$workload" \
         --precision bf16 "${SPEED[@]}" --systems bare-device,ours-device,ours-textcat-ner \
         --output "$RESULTS/speed_${workload}_bf16.json"
 done
-PIPELINE=$WORK/trained/textcat-ner
-step annotate_news 90 "$PY" bench/annotate_workers.py "$PIPELINE" --workload news \
-    --repeat 5 --workers 1,2,4,8 --gpu-id "$GPU" --work "$WORK/annotate" \
+PIPELINE=$TRAINED/textcat-ner
+step annotate_news 80 "$PY" bench/annotate_workers.py "$PIPELINE" --workload news \
+    --repeat 3 --limit "$LIMIT" --workers 1,2,4,8 --gpu-id "$GPU" --work "$WORK/annotate" \
     --output "$RESULTS/annotate_workers_news.json"
-step annotate_short 45 "$PY" bench/annotate_workers.py "$PIPELINE" --workload short \
-    --repeat 4 --workers 1,2,4,8 --gpu-id "$GPU" --work "$WORK/annotate" \
+step annotate_short 40 "$PY" bench/annotate_workers.py "$PIPELINE" --workload short \
+    --repeat 2 --limit "$LIMIT" --workers 1,2,4,8 --gpu-id "$GPU" --work "$WORK/annotate" \
     --output "$RESULTS/annotate_workers_short.json"
-step profile 30 "$PY" bench/forward_profile.py --gpu "$GPU" --precisions fp32,bf16 \
-    --limit 500 --output "$RESULTS"
-cp "$WORK/trained/trained.json" "$RESULTS/" 2>/dev/null
+step profile 25 "$PY" bench/forward_profile.py --gpu "$GPU" --precisions fp32,bf16 \
+    --limit "$PROFILE_LIMIT" --output "$RESULTS"
+cp "$TRAINED/trained.json" "$RESULTS/" 2>/dev/null
 log "done"
 tar -czf "$OUT/gpu_results.tar.gz" -C "$OUT" gpu
