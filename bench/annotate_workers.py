@@ -64,6 +64,30 @@ def main(
     print(f"{workload}: {len(texts)} texts, {words} words", flush=True)
     runs: List[Dict[str, Any]] = []
     first_digest = None
+    output = output or REPO / "bench" / "results" / f"annotate_workers_{workload}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:  # after every run: a run cut off keeps the ones before
+        result = {
+            "command": " ".join(sys.argv),
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": len(os.sched_getaffinity(0)),
+                "gpu": _gpu_name(gpu_id),
+            },
+            "workload": workload,
+            "texts": len(texts),
+            "words": words,
+            "settings": {
+                "batch_size": batch_size,
+                "chunk_size": chunk_size,
+                "precision": precision,
+                "gpu_id": gpu_id,
+            },
+            "runs": runs,
+        }
+        output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
+
     for n in [int(w) for w in workers.split(",")]:
         out = work / f"out_{workload}_{n}.jsonl"
         command = [
@@ -78,6 +102,7 @@ def main(
         if done.returncode != 0:
             runs.append({"workers": n, "error": done.stderr[-2000:]})
             print(f"  workers {n}: failed\n{done.stderr[-2000:]}", flush=True)
+            write()
             continue
         sha = digest(out)
         first_digest = first_digest or sha
@@ -89,32 +114,12 @@ def main(
             "same_bytes_as_first": sha == first_digest,
         }
         runs.append(run)
+        write()
         print(
             f"  workers {n}: {run['words_per_second']} words/s, {seconds:.1f} s, "
             f"same bytes: {run['same_bytes_as_first']}",
             flush=True,
         )
-    result = {
-        "command": " ".join(sys.argv),
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": len(os.sched_getaffinity(0)),
-            "gpu": _gpu_name(gpu_id),
-        },
-        "workload": workload,
-        "texts": len(texts),
-        "words": words,
-        "settings": {
-            "batch_size": batch_size,
-            "chunk_size": chunk_size,
-            "precision": precision,
-            "gpu_id": gpu_id,
-        },
-        "runs": runs,
-    }
-    output = output or REPO / "bench" / "results" / f"annotate_workers_{workload}.json"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
     print(f"wrote {output}")
 
 
