@@ -52,7 +52,8 @@ ATTEMPTS = 2
 
 class WorkerSetupError(RuntimeError):
     """A worker's `setup` raised (or its process died twice before it was
-    ready): no task can run. The message holds the worker's error."""
+    ready): no task can run. The message ends with the worker's error, as the
+    last line of its traceback says it."""
 
 
 class WorkerError(RuntimeError):
@@ -122,6 +123,11 @@ def _serve(
             conn.send(("failed", key, traceback.format_exc()))
             return
         conn.send(("done", key, result))
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else text
 
 
 class _Worker:
@@ -287,8 +293,8 @@ class WorkerPool(Generic[S, T, R]):
                 worker.task = None
             elif kind == "failed":
                 raise WorkerError(f"a worker failed on task {key}:\n{payload}")
-            else:  # "setup-failed"
-                raise WorkerSetupError(f"a worker could not start:\n{payload}")
+            else:  # "setup-failed": the traceback's last line says what
+                raise WorkerSetupError(f"a worker could not start: {_last_line(payload)}")
 
     def _replace(
         self,

@@ -271,3 +271,15 @@ def test_processes_that_would_hang_or_clash_are_refused_at_once(
     assert result.exit_code == 1
     assert message in result.output
     assert not output.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_workers_on_a_missing_gpu_fail_in_one_line(pipeline: str, tmp_path: Path) -> None:
+    input_path = write_jsonl(tmp_path / "in.jsonl", [{"text": "hello"}])
+    output = tmp_path / "out.jsonl"
+    flags = ["--workers", "2", "--gpu-id", "0"]
+    result = runner.invoke(app, ["annotate", pipeline, str(input_path), str(output), *flags])
+    assert result.exit_code == 1
+    assert "a worker could not load the pipeline: a worker could not start: " in result.output
+    assert "Traceback" not in result.output
+    assert not output.exists()
