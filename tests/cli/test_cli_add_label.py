@@ -58,3 +58,25 @@ def test_add_label_errors_name_the_problem(trained: Path, tmp_path: Path) -> Non
     )
     assert result.exit_code == 1
     assert "already has the label(s) ['card']" in result.output
+
+
+def test_a_zero_shot_pipeline_runs_in_annotate(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
+        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+    }
+    descriptions = {"card": "my card", "fx": "exchange rate"}
+    nlp.add_pipe("bert_textcat", config={"model": model, "label_descriptions": descriptions})
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "zero")
+    rows = [{"id": "a", "text": "my card"}, {"id": "b", "text": "exchange rate"}]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf8")
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["annotate", str(tmp_path / "zero"), str(source), str(out)])
+    assert result.exit_code == 0, result.output
+    written = [json.loads(line) for line in out.read_text(encoding="utf8").splitlines()]
+    tops = {r["id"]: max(r["cats"], key=r["cats"].__getitem__) for r in written}
+    assert tops == {"a": "card", "b": "fx"}
