@@ -197,14 +197,16 @@ def plot(summary: Dict[str, Any], plain: Optional[Path], path: Path) -> None:
             ax.plot(*zip(*points), marker="o", label=name)
     if plain is not None:
         report = json.loads(plain.read_text(encoding="utf8"))
-        mean = report["summary"]["base"]["mean_test_accuracy"]
-        ax.plot([report["per_label"]], [mean], marker="s", ls="", label="bert_textcat fine-tuned")
+        mean = 100.0 * report["summary"]["base"]["mean_test_accuracy"]  # a fraction there
+        steps = report["max_steps"]
+        label = f"bert_textcat fine-tuned (textcat.cfg, {steps} steps)"
+        ax.plot([report["per_label"]], [mean], marker="s", ls="", label=label)
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("labelled examples per intent (0: intent names only)")
     ax.set_ylabel("Banking77 test accuracy (%)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -248,7 +250,7 @@ def main(
                 run: Dict[str, Any] = {"seed": seed, "per_label": k}
                 if k == 0:
                     start = time.perf_counter()
-                    nlp = zero_shot(config, labels, {"system.seed": seed})
+                    nlp = zero_shot(config, labels, {**overrides, "system.seed": seed})
                     run["train_seconds"] = time.perf_counter() - start
                     run["accuracy"] = accuracy(predict(nlp, texts), gold)
                     runs.append(run)
