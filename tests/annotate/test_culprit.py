@@ -128,5 +128,5 @@ def test_bad_option_combinations(tmp_path: Path, input_path: Path) -> None:
     fails_with(
         tmp_path,
         [str(input_path), output, "--engine", "ray", "--gpu-id", "0"],
-        "--gpu-id and --n-process are for the local engine",
+        "--gpu-id, --n-process and --workers are for the local engine",
     )
