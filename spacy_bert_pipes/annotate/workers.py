@@ -21,7 +21,6 @@ from spacy.language import Language
 
 from ..io.output import VectorColumn, error_row
 from ..io.rows import InputRow
-from ..memory import bound_kernel_caches
 from ..runtime.pool import WorkerLost, WorkerPool, WorkerSetupError, available_cores
 from .chunks import annotate_chunk, checked_chunks
 from .lock import output_lock
@@ -51,7 +50,6 @@ def _setup(
     vectors: Optional[VectorColumn],
     on_chunk: Optional[Callable[[int], None]],
 ) -> _Worker:
-    bound_kernel_caches()
     if options.gpu_id >= 0:
         spacy.require_gpu(options.gpu_id)
     return _Worker(load_pipeline(pipeline, options), options, vectors, on_chunk)
