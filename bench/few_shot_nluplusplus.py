@@ -108,6 +108,8 @@ def main(
         described.write_text(json.dumps(descriptions), encoding="utf8")
         base = {
             "components.bert_textcat.model.exclusive_classes": False,
+            # the nearest-examples term is for exclusive classes only
+            "components.bert_textcat.model.example_weight": 0.0,
             "components.bert_textcat.label_names_as_descriptions": False,
             "components.bert_textcat.label_descriptions": str(described),
         }

@@ -8,7 +8,12 @@ each label's prototype, so that a label can be defined by a description.
 2. the head scores label j with `scale * cos(x, W_j) + b_j`, where the rows of
    W are the label prototypes, and returns softmax (exclusive labels) or sigmoid
    (multi-label) probabilities. For multi-label, `b_j = -scale * t_j` puts label
-   j's decision at cosine `t_j`.
+   j's decision at cosine `t_j`;
+3. optionally (`example_weight`, exclusive labels) the head also remembers the
+   training examples' vectors and, when predicting, adds `example_weight` times
+   the mean cosine of the doc with label j's `example_top` most similar examples
+   to `cos(x, W_j)` (`nearest_examples`): a label whose examples form several
+   groups is not one point.
 A prototype starts as the mean of its examples' vectors mixed with the vectors
 of its descriptions (`label_prototypes`), so the model predicts before any
 training, and fine-tuning moves the encoder, the prototypes and the biases.
@@ -40,6 +45,8 @@ def PrototypeCatModel(
     exclusive_classes: bool = True,
     temperature: float = 0.05,
     prototype_norm: float = 1.0,
+    example_weight: float = 0.0,
+    example_top: int = 2,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], Floats2d]:
     """Document classifier by cosine similarity to label prototypes.
@@ -54,14 +61,35 @@ def PrototypeCatModel(
         does not see it, but the optimizer's steps are about the learning rate
         whatever a weight's size, so a shorter prototype moves faster: this sets
         how fast the prototypes learn relative to the encoder.
+    example_weight (float): When predicting, add this times the mean cosine with
+        each label's `example_top` nearest remembered training examples to the
+        prototype's cosine (0: prototypes only). The examples are the vectors
+        of the last update in which each one was seen (and of `initialize`).
+        Exclusive classes only.
+    example_top (int): How many of a label's nearest examples are averaged.
     nO (Optional[int]): Number of labels, inferred from the data if unset.
     """
     if temperature <= 0 or prototype_norm <= 0:
         raise ValueError(
             f"temperature and prototype_norm must be > 0, got {temperature}, {prototype_norm}"
         )
+    if example_weight < 0 or example_top < 1:
+        raise ValueError(
+            f"example_weight must be >= 0 and example_top >= 1, got {example_weight}, {example_top}"
+        )
+    if example_weight > 0 and not exclusive_classes:
+        raise ValueError(
+            "example_weight (nearest training examples) needs exclusive_classes = true: "
+            "the per-label thresholds of multi-label prototypes do not account for it"
+        )
     body: Model[List[Doc], Floats2d] = chain(encoder, sentence_vectors())
-    output = cosine_output(exclusive_classes, 1.0 / temperature, nO=nO)
+    output = cosine_output(
+        exclusive_classes,
+        1.0 / temperature,
+        nO=nO,
+        example_weight=example_weight,
+        example_top=example_top,
+    )
     model: Model[List[Doc], Floats2d] = chain(body, output)
     model.attrs["exclusive_classes"] = exclusive_classes
     model.attrs["prototypes"] = True
@@ -127,11 +155,22 @@ def sentence_vectors() -> Model[List[DocEncoding], Floats2d]:
     return Model("sentence_vectors", forward)
 
 
-def cosine_output(exclusive: bool, scale: float, nO: Optional[int] = None) -> Model:
+def cosine_output(
+    exclusive: bool,
+    scale: float,
+    nO: Optional[int] = None,
+    example_weight: float = 0.0,
+    example_top: int = 2,
+) -> Model:
     """`scale * cos(X, W) + b` -> softmax or sigmoid. Its params: W, the label
     prototypes (nO, nI), any length; b (nO,); and the scale, learned as its log
     (shape (1,)). Like `heads.logits_output`, backprop takes the gradient with
-    respect to the logits."""
+    respect to the logits.
+
+    With example_weight > 0, prediction (not training, where a doc would find
+    itself) adds `example_weight * nearest_examples(...)` to the cosines. The
+    remembered examples are the params E (n_examples, nI), unit rows, and
+    E_label (n_examples,), their label indices; `remember_examples` sets them."""
 
     def forward(model: Model, X: Floats2d, is_train: bool) -> Tuple[Floats2d, Callable]:
         xp = model.ops.xp
@@ -143,7 +182,18 @@ def cosine_output(exclusive: bool, scale: float, nO: Optional[int] = None) -> Mo
         x_norms = xp.maximum(xp.linalg.norm(X, axis=1, keepdims=True), 1e-12)  # (batch, 1)
         Xn = X / x_norms
         cos = model.ops.gemm(Xn, Wn, trans2=True)  # (batch, nO)
-        logits = cos * s + b
+        weight = float(model.attrs["example_weight"])
+        if not is_train and weight > 0 and has_examples(model):
+            near = nearest_examples(
+                Xn,
+                model.get_param("E"),
+                model.get_param("E_label"),
+                cos,
+                int(model.attrs["example_top"]),
+            )
+            logits = (cos + weight * near) * s + b
+        else:
+            logits = cos * s + b
         Y = model.ops.softmax(logits) if exclusive else model.ops.sigmoid(logits)
 
         def backprop(d_logits: Floats2d) -> Floats2d:
@@ -167,15 +217,91 @@ def cosine_output(exclusive: bool, scale: float, nO: Optional[int] = None) -> Mo
         model.set_param("W", model.ops.alloc2f(nO_, nI_) + 1.0)
         model.set_param("b", model.ops.alloc1f(nO_))
         model.set_param("log_scale", model.ops.asarray1f([numpy.log(scale)]))
+        model.set_param("E", model.ops.alloc2f(0, nI_))
+        model.set_param("E_label", model.ops.alloc1f(0))
+        model.attrs["example_keys"] = []
 
     return Model(
         "cosine_softmax" if exclusive else "cosine_sigmoid",
         forward,
         init=init,
         dims={"nO": nO, "nI": None},
-        params={"W": None, "b": None, "log_scale": None},
-        attrs={"exclusive": exclusive},
+        params={"W": None, "b": None, "log_scale": None, "E": None, "E_label": None},
+        attrs={
+            "exclusive": exclusive,
+            "example_weight": example_weight,
+            "example_top": example_top,
+            "example_keys": [],
+        },
     )
+
+
+def has_examples(output: Model) -> bool:
+    """Whether a cosine output layer remembers any training examples."""
+    return bool(output.has_param("E")) and output.get_param("E").shape[0] > 0
+
+
+def nearest_examples(Xn: Array, E: Array, E_label: Array, cos: Array, top: int) -> Array:
+    """Per doc and label, the mean cosine of the doc with the label's `top` most
+    similar examples (all of them when it has fewer); a label without examples
+    gets its prototype's cosine from `cos`.
+
+    Xn (Floats2d): The docs' unit vectors. (batch, nI)
+    E (Floats2d): The examples' unit vectors. (n_examples, nI)
+    E_label (Floats1d): Each example's label index. (n_examples,)
+    cos (Floats2d): The cosines with the prototypes. (batch, n_labels)
+    RETURNS (Floats2d): (batch, n_labels)
+    """
+    xp = get_array_module(cos)
+    n_labels = cos.shape[1]
+    ids = (E_label.get() if hasattr(E_label, "get") else numpy.asarray(E_label)).astype("i")
+    counts = numpy.bincount(ids, minlength=n_labels)[:n_labels]  # (n_labels,)
+    width = max(int(counts.max()), 1)
+    order = numpy.argsort(ids, kind="stable")
+    starts = numpy.concatenate([[0], numpy.cumsum(counts)[:-1]])
+    index = numpy.full((n_labels, width), -1, dtype="i")  # each label's example rows
+    index[ids[order], numpy.arange(len(ids)) - starts[ids[order]]] = order
+    sims = Xn @ E.T  # (batch, n_examples)
+    grid = sims[:, xp.asarray(numpy.maximum(index, 0))]  # (batch, n_labels, width)
+    grid = xp.where(xp.asarray(index >= 0)[None], grid, -xp.inf)
+    k = min(top, width)
+    best = xp.sort(grid, axis=2)[:, :, width - k :]  # (batch, n_labels, k)
+    taken = xp.asarray(numpy.minimum(counts, k).astype("f"))  # (n_labels,)
+    sums = xp.where(xp.isfinite(best), best, 0.0).sum(axis=2)
+    means = sums / xp.maximum(taken, 1.0)
+    return xp.where(taken > 0, means, cos).astype("f")
+
+
+def remember_examples(
+    output: Model, keys: Sequence[int], vectors: Array, label_ids: Sequence[int]
+) -> None:
+    """Remember each example's vector and label under its key in a cosine output
+    layer: a known key's row is replaced, a new key is appended (within one call,
+    the last of a repeated key wins). Examples with a label index < 0 (no single
+    gold label) are skipped. vectors: (n, nI)."""
+    xp = get_array_module(vectors)
+    latest = {int(keys[i]): i for i, j in enumerate(label_ids) if j >= 0}
+    if not latest:
+        return
+    ops = output.ops
+    old_keys: List[int] = list(output.attrs.get("example_keys", []))
+    if has_examples(output):
+        E, labels = output.get_param("E").copy(), output.get_param("E_label").copy()
+    else:
+        E, labels = ops.alloc2f(0, vectors.shape[1]), ops.alloc1f(0)
+    row_of = {key: row for row, key in enumerate(old_keys)}
+    new_keys = [key for key in latest if key not in row_of]
+    E = xp.concatenate([E, ops.alloc2f(len(new_keys), vectors.shape[1])])
+    labels = xp.concatenate([labels, ops.alloc1f(len(new_keys))])
+    row_of.update({key: len(old_keys) + n for n, key in enumerate(new_keys)})
+    rows = xp.asarray([row_of[key] for key in latest])
+    taken = xp.asarray(list(latest.values()))
+    chosen = vectors[taken]
+    E[rows] = chosen / xp.maximum(xp.linalg.norm(chosen, axis=1, keepdims=True), 1e-12)
+    labels[rows] = xp.asarray([float(label_ids[i]) for i in latest.values()], dtype="f")
+    output.set_param("E", ops.asarray2f(E.astype("f")))
+    output.set_param("E_label", ops.asarray1f(labels.astype("f")))
+    output.attrs["example_keys"] = old_keys + new_keys
 
 
 def store_prototypes(model: Model, prototypes: Array) -> None:

@@ -6,7 +6,8 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/prototypes.py`).
 * `set_prototypes`: each label's prototype from its examples and descriptions,
   the softmax temperature (exclusive) or the per-label cosine thresholds
   (multi-label) calibrated on the examples where there are any: what
-  `initialize` does, with or without examples.
+  `initialize` does, with or without examples; with `example_weight`, the
+  examples are remembered too (`remember`).
 * `add_described_label`: a new label on a trained component, from its
   descriptions and optionally a few examples; the trained labels keep their
   prototypes.
@@ -17,6 +18,7 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/prototypes.py`).
 No torch here: the math is in `models/prototypes.py`.
 """
 
+import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union, cast
@@ -32,7 +34,9 @@ from ..models.prototypes import (
     calibrate_scale,
     contrastive_loss,
     cosine_output,
+    has_examples,
     label_prototypes,
+    remember_examples,
     store_prototypes,
 )
 
@@ -123,10 +127,32 @@ def description_vectors(
     return out
 
 
+def example_key(doc: Doc) -> int:
+    """A remembered example's key: a hash of its text, the same in every process."""
+    return int.from_bytes(hashlib.blake2b(doc.text.encode("utf8"), digest_size=8).digest(), "big")
+
+
+def remember(
+    pipe: "BertTextCategorizer",
+    docs: Sequence[Doc],
+    vectors: Floats2d,
+    positive: numpy.ndarray,
+) -> None:
+    """With example_weight > 0, remember the vectors of the docs that have exactly
+    one gold label (positive: (n_docs, n_labels)) as that label's examples."""
+    output = pipe.model.get_ref("output")
+    if not output.attrs.get("example_weight", 0.0):
+        return
+    single = positive.sum(axis=1) == 1
+    ids = [int(numpy.argmax(row)) if one else -1 for row, one in zip(positive, single)]
+    remember_examples(output, [example_key(doc) for doc in docs], vectors, ids)
+
+
 def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None:
     """Set every label's prototype from the examples that annotate it and its
     descriptions, then calibrate the temperature (exclusive) or each label's
-    threshold (multi-label) on the examples."""
+    threshold (multi-label) on the examples; remember the examples (with
+    example_weight), forgetting any remembered before."""
     labels = list(pipe.labels)
     descriptions = pipe.descriptions()
     own = [eg for eg in examples if pipe.annotates(eg)]
@@ -155,6 +181,12 @@ def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None
             scale = calibrate_scale(loo[gold], positive[gold], SCALES)
         output.set_param("log_scale", ops.asarray1f([numpy.log(scale)]))
         output.set_param("b", ops.alloc1f(len(labels)))
+        output.set_param("E", ops.alloc2f(0, vectors.shape[1]))
+        output.set_param("E_label", ops.alloc1f(0))
+        output.attrs["example_keys"] = []
+        remember(
+            pipe, [eg.reference for eg in own], ops.asarray2f(cast(Floats2d, vectors)), positive
+        )
         return
     thresholds = numpy.full(len(labels), float(pipe.cfg["similarity_threshold"]), dtype="f")
     for j in range(len(labels)):
@@ -223,17 +255,31 @@ def add_described_label(
     scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
     bias = 0.0 if pipe.exclusive else -scale * float(pipe.cfg["similarity_threshold"])
     # thinc does not resize a layer with weights: a new output layer takes its place
-    grown = cosine_output(pipe.exclusive, scale, nO=len(b) + 1)
+    grown = cosine_output(
+        pipe.exclusive,
+        scale,
+        nO=len(b) + 1,
+        example_weight=float(output.attrs.get("example_weight", 0.0)),
+        example_top=int(output.attrs.get("example_top", 2)),
+    )
     grown.set_dim("nI", W.shape[1])
     grown.initialize()
     row = row * float(pipe.model.attrs["prototype_norm"])  # as the others are stored
     grown.set_param("W", ops.asarray2f(cast(Floats2d, numpy.concatenate([W, row]))))
     grown.set_param("b", ops.asarray1f(cast(Floats1d, numpy.append(b, bias).astype("f"))))
     grown.set_param("log_scale", output.get_param("log_scale").copy())
+    if has_examples(output):
+        grown.set_param("E", output.get_param("E").copy())
+        grown.set_param("E_label", output.get_param("E_label").copy())
+        grown.attrs["example_keys"] = list(output.attrs["example_keys"])
     pipe.model.replace_node(output, grown)
     pipe.model.set_ref("output", grown)
     pipe.model.set_dim("nO", len(b) + 1, force=True)
     pipe.cfg["labels"].append(label)
+    if len(vectors):
+        positive = numpy.zeros((len(vectors), len(b) + 1), dtype="f")
+        positive[:, -1] = 1.0
+        remember(pipe, list(examples), ops.asarray2f(cast(Floats2d, vectors)), positive)
 
 
 def contrastive_step(
@@ -247,7 +293,8 @@ def contrastive_step(
     """One update: the classifier's loss (`get_loss`) plus contrastive_weight
     times the pair loss over the batch's sentence vectors, docs of the same
     label being the positive pairs (exclusive: the gold label; multi-label: a
-    doc's first gold label)."""
+    doc's first gold label). With example_weight, the batch's vectors are
+    remembered as its docs' latest."""
     losses.setdefault(pipe.name, 0.0)
     body, output = pipe.model.get_ref("body"), pipe.model.get_ref("output")
     docs = [eg.predicted for eg in examples]
@@ -257,12 +304,16 @@ def contrastive_step(
     d_vectors = backprop_output(d_logits)
     truths, known = pipe.truths(examples)
     positive = truths * known
-    ids = [int(numpy.argmax(row)) if row.max() >= 0.5 else -1 for row in positive]
-    pair_loss, d_pairs = contrastive_loss(
-        pipe.model.ops.to_numpy(vectors), ids, float(pipe.cfg["contrastive_temperature"])
-    )
+    remember(pipe, [eg.reference for eg in examples], vectors, positive)
     weight = float(pipe.cfg["contrastive_weight"])
-    backprop_body(d_vectors + weight * pipe.model.ops.asarray2f(d_pairs))
+    pair_loss = 0.0
+    if weight > 0:
+        ids = [int(numpy.argmax(row)) if row.max() >= 0.5 else -1 for row in positive]
+        pair_loss, d_pairs = contrastive_loss(
+            pipe.model.ops.to_numpy(vectors), ids, float(pipe.cfg["contrastive_temperature"])
+        )
+        d_vectors = d_vectors + weight * pipe.model.ops.asarray2f(d_pairs)
+    backprop_body(d_vectors)
     if sgd is not None:
         pipe.finish_update(sgd)
     losses[pipe.name] += loss + weight * pair_loss

@@ -302,7 +302,7 @@ class BertTextCategorizer(ConfiguredPipe):
     ) -> Dict[str, float]:
         examples = list(examples)
         validate_examples(examples, "BertTextCategorizer.update")
-        if self.has_prototypes and self.cfg["contrastive_weight"] > 0:
+        if self.has_prototypes:
             losses = {} if losses is None else losses
             return contrastive_step(self, examples, drop=drop, sgd=sgd, losses=losses)
         return train_step(

@@ -7,13 +7,15 @@ import numpy
 import pytest
 import spacy
 from spacy.training import Example
-from thinc.api import NumpyOps
+from thinc.api import Model, NumpyOps
 
 from spacy_bert_pipes.models.prototypes import (
     calibrate_scale,
     contrastive_loss,
     cosine_output,
     label_prototypes,
+    nearest_examples,
+    remember_examples,
 )
 from spacy_bert_pipes.pipeline.pair_batches import configure_label_pairs_batcher
 
@@ -143,3 +145,55 @@ def test_sentence_vectors_are_bert_vectors_geometry() -> None:
     X = sentence_vectors().predict(encodings)
     expected = [pool_doc(enc, Pooling(("mean",), normalize=True)) for enc in encodings]
     assert X == pytest.approx(numpy.stack(expected), abs=1e-6)
+
+
+def test_nearest_examples_means_each_labels_top_cosines() -> None:
+    rng = numpy.random.default_rng(3)
+    X = unit(rng.normal(size=(4, 5)))
+    E = unit(rng.normal(size=(6, 5)))
+    E_label = numpy.asarray([0, 0, 0, 1, 2, 0], dtype="f")  # label 3 has no example
+    cos = rng.uniform(-1, 1, size=(4, 4)).astype("f")
+    near = nearest_examples(X, E, E_label, cos, top=2)
+    sims = X @ E.T
+    for i in range(4):
+        assert near[i, 0] == pytest.approx(numpy.sort(sims[i, [0, 1, 2, 5]])[-2:].mean(), abs=1e-6)
+        assert near[i, 1] == pytest.approx(sims[i, 3], abs=1e-6)  # fewer than top: all
+        assert near[i, 2] == pytest.approx(sims[i, 4], abs=1e-6)
+        assert near[i, 3] == pytest.approx(cos[i, 3], abs=1e-6)  # none: the prototype
+
+
+def test_remember_examples_replaces_by_key_and_skips_unlabelled() -> None:
+    layer = cosine_output(exclusive=True, scale=5.0, nO=3, example_weight=1.0)
+    layer.set_dim("nI", 2)
+    layer.initialize()
+    remember_examples(layer, [7, 8, 9], numpy.asarray([[3, 0], [0, 2], [1, 1]], "f"), [0, 1, -1])
+    assert layer.attrs["example_keys"] == [7, 8]
+    assert layer.get_param("E") == pytest.approx(numpy.asarray([[1, 0], [0, 1]], "f"))
+    # key 8 seen again (twice: the last wins), key 10 is new
+    rows = numpy.asarray([[0, -1], [1, 1], [-4, 0]], "f")
+    remember_examples(layer, [8, 10, 8], rows, [2, 1, 2])
+    assert layer.attrs["example_keys"] == [7, 8, 10]
+    assert layer.get_param("E") == pytest.approx(unit(numpy.asarray([[1, 0], [-1, 0], [1, 1]])))
+    assert layer.get_param("E_label").tolist() == [0.0, 2.0, 1.0]
+
+
+def test_examples_count_in_prediction_not_in_training() -> None:
+    layer = cosine_output(exclusive=True, scale=10.0, nO=2, example_weight=1.0)
+    layer.set_dim("nI", 2)
+    layer.initialize()
+    layer.set_param("W", numpy.asarray([[1, 0], [0, 1]], "f"))
+    X = numpy.asarray([[1, 0.9]], "f")  # nearer the prototype of label 0
+    assert layer.predict(X)[0, 0] > 0.5
+    remember_examples(layer, [1], numpy.asarray([[0.5, 1]], "f"), [1])  # an example of 1 near X
+    assert layer.predict(X)[0, 1] > 0.5
+    Y, _ = layer.begin_update(X)
+    assert Y[0, 0] > 0.5  # training sees the prototypes alone
+
+
+def test_example_weight_needs_exclusive_classes() -> None:
+    from spacy_bert_pipes.models.prototypes import PrototypeCatModel
+
+    with pytest.raises(ValueError, match="exclusive_classes"):
+        PrototypeCatModel(Model("encoder", lambda m, X, t: (X, None)), False, example_weight=0.5)
+    with pytest.raises(ValueError, match="example_top"):
+        PrototypeCatModel(Model("encoder", lambda m, X, t: (X, None)), example_top=0)

@@ -20,13 +20,18 @@ DESCRIPTIONS = {
 
 
 def make_nlp(
-    tiny_bert: Path, exclusive: bool = True, prototype_norm: float = 1.0, **settings: object
+    tiny_bert: Path,
+    exclusive: bool = True,
+    prototype_norm: float = 1.0,
+    example_weight: float = 0.0,
+    **settings: object,
 ) -> Language:
     nlp = spacy.blank("en")
     model = {
         "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
         "exclusive_classes": exclusive,
         "prototype_norm": prototype_norm,
+        "example_weight": example_weight,
         "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
     }
     nlp.add_pipe("bert_textcat", config={"model": model, **settings})
@@ -216,3 +221,45 @@ def test_prototype_norm_changes_storage_not_predictions(tiny_bert: Path) -> None
         assert numpy.linalg.norm(W, axis=1) == pytest.approx(norm, rel=1e-4)
         cats.append(nlp("my card is not working").cats)
     assert cats[0] == pytest.approx(cats[1], abs=1e-5)
+
+
+def test_examples_are_remembered_through_training_and_saving(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    nlp = make_nlp(tiny_bert, example_weight=0.5)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    output = nlp.get_pipe("bert_textcat").model.get_ref("output")
+    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS)
+    E0 = output.get_param("E").copy()
+    optimizer.learn_rate = 2e-3
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    # one row per training text, refreshed by the updates (the encoder moved)
+    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS)
+    assert not numpy.allclose(output.get_param("E"), E0)
+    texts = [text for text, _ in TRAIN_TEXTS] + ["something else"]
+    before = [nlp(t).cats for t in texts]
+    nlp.to_disk(tmp_path / "memory")
+    loaded = spacy.load(tmp_path / "memory")
+    for text, cats in zip(texts, before):
+        assert loaded(text).cats == pytest.approx(cats, abs=1e-6)
+    # the examples change predictions: without them the scores differ
+    loaded.get_pipe("bert_textcat").model.get_ref("output").attrs["example_weight"] = 0.0
+    assert loaded(texts[0]).cats != pytest.approx(before[0], abs=1e-6)
+
+
+def test_a_new_label_keeps_the_examples_and_adds_its_own(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, example_weight=0.5)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    textcat = nlp.get_pipe("bert_textcat")
+    textcat.add_described_label("pin", ["pin"], [nlp.make_doc("new pin please")])
+    output = textcat.model.get_ref("output")
+    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS) + 1
+    assert output.get_param("E_label")[-1] == LABELS.index(LABELS[-1]) + 1
+    assert top(nlp, "new pin please") == "pin"
+    textcat.add_described_label("fee", ["a fee"])  # by description alone: its prototype
+    output = textcat.model.get_ref("output")
+    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS) + 1
+    assert output.get_param("E").shape == (len(TRAIN_TEXTS) + 1, output.get_dim("nI"))
+    assert top(nlp, "a fee") == "fee"
