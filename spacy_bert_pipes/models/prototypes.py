@@ -10,10 +10,11 @@ each label's prototype, so that a label can be defined by a description.
    (multi-label) probabilities. For multi-label, `b_j = -scale * t_j` puts label
    j's decision at cosine `t_j`;
 3. optionally (`example_weight`, exclusive labels) the head also remembers the
-   training examples' vectors and, when predicting, adds `example_weight` times
+   vectors of the training examples and label descriptions and, when predicting, adds `example_weight` times
    the mean cosine of the doc with label j's `example_top` most similar examples
-   to `cos(x, W_j)` (`nearest_examples`): a label whose examples form several
-   groups is not one point.
+   to `cos(x, W_j)` (`nearest_examples`; a label with fewer examples counts its
+   prototype's cosine): a label whose examples form several groups is not one
+   point.
 A prototype starts as the mean of its examples' vectors mixed with the vectors
 of its descriptions (`label_prototypes`), so the model predicts before any
 training, and fine-tuning moves the encoder, the prototypes and the biases.
@@ -243,8 +244,9 @@ def has_examples(output: Model) -> bool:
 
 def nearest_examples(Xn: Array, E: Array, E_label: Array, cos: Array, top: int) -> Array:
     """Per doc and label, the mean cosine of the doc with the label's `top` most
-    similar examples (all of them when it has fewer); a label without examples
-    gets its prototype's cosine from `cos`.
+    similar examples; a label with fewer than `top` examples gets its
+    prototype's cosine from `cos` instead (with one example per label, the
+    example alone would outweigh the label's description in its prototype).
 
     Xn (Floats2d): The docs' unit vectors. (batch, nI)
     E (Floats2d): The examples' unit vectors. (n_examples, nI)
@@ -269,7 +271,8 @@ def nearest_examples(Xn: Array, E: Array, E_label: Array, cos: Array, top: int) 
     taken = xp.asarray(numpy.minimum(counts, k).astype("f"))  # (n_labels,)
     sums = xp.where(xp.isfinite(best), best, 0.0).sum(axis=2)
     means = sums / xp.maximum(taken, 1.0)
-    return xp.where(taken > 0, means, cos).astype("f")
+    enough = xp.asarray(counts >= top)  # (n_labels,)
+    return xp.where(enough, means, cos).astype("f")
 
 
 def remember_examples(

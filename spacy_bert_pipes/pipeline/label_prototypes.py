@@ -127,9 +127,14 @@ def description_vectors(
     return out
 
 
-def example_key(doc: Doc) -> int:
-    """A remembered example's key: a hash of its text, the same in every process."""
-    return int.from_bytes(hashlib.blake2b(doc.text.encode("utf8"), digest_size=8).digest(), "big")
+def stable_key(text: str) -> int:
+    """A remembered vector's key: a hash of `text`, the same in every process."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf8"), digest_size=8).digest(), "big")
+
+
+def description_key(label: str, phrase: str) -> int:
+    """The key of a label's description phrase among the remembered examples."""
+    return stable_key(f"\x00description\x00{label}\x00{phrase}")
 
 
 def remember(
@@ -145,7 +150,34 @@ def remember(
         return
     single = positive.sum(axis=1) == 1
     ids = [int(numpy.argmax(row)) if one else -1 for row, one in zip(positive, single)]
-    remember_examples(output, [example_key(doc) for doc in docs], vectors, ids)
+    remember_examples(output, [stable_key(doc.text) for doc in docs], vectors, ids)
+
+
+def remember_descriptions(
+    pipe: "BertTextCategorizer",
+    labels: Sequence[str],
+    descriptions: Dict[str, List[str]],
+    described: Optional[List[Optional[numpy.ndarray]]] = None,
+) -> None:
+    """With example_weight > 0, remember the labels' description vectors as
+    examples of their labels: `described` (per label, as `description_vectors`
+    gives them), or computed now by the encoder as it is (no dropout)."""
+    output = pipe.model.get_ref("output")
+    if not output.attrs.get("example_weight", 0.0):
+        return
+    if described is None:
+        described = description_vectors(pipe, labels, descriptions)
+    keys, rows, ids = [], [], []
+    for label, vectors in zip(labels, described):
+        if vectors is None:
+            continue
+        for phrase, row in zip(descriptions[label], vectors):
+            keys.append(description_key(label, phrase))
+            rows.append(row)
+            ids.append(pipe.labels.index(label))
+    if rows:
+        stacked = pipe.model.ops.asarray2f(cast(Floats2d, numpy.stack(rows)))
+        remember_examples(output, keys, stacked, ids)
 
 
 def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None:
@@ -187,6 +219,7 @@ def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None
         remember(
             pipe, [eg.reference for eg in own], ops.asarray2f(cast(Floats2d, vectors)), positive
         )
+        remember_descriptions(pipe, labels, descriptions, described)
         return
     thresholds = numpy.full(len(labels), float(pipe.cfg["similarity_threshold"]), dtype="f")
     for j in range(len(labels)):
@@ -280,6 +313,8 @@ def add_described_label(
         positive = numpy.zeros((len(vectors), len(b) + 1), dtype="f")
         positive[:, -1] = 1.0
         remember(pipe, list(examples), ops.asarray2f(cast(Floats2d, vectors)), positive)
+    if phrases:
+        remember_descriptions(pipe, [label], {label: phrases}, [described])
 
 
 def contrastive_step(
@@ -294,7 +329,8 @@ def contrastive_step(
     times the pair loss over the batch's sentence vectors, docs of the same
     label being the positive pairs (exclusive: the gold label; multi-label: a
     doc's first gold label). With example_weight, the batch's vectors are
-    remembered as its docs' latest."""
+    remembered as its docs' latest, and after the step its labels'
+    descriptions are encoded again (without gradient) and remembered."""
     losses.setdefault(pipe.name, 0.0)
     body, output = pipe.model.get_ref("body"), pipe.model.get_ref("output")
     docs = [eg.predicted for eg in examples]
@@ -316,6 +352,10 @@ def contrastive_step(
     backprop_body(d_vectors)
     if sgd is not None:
         pipe.finish_update(sgd)
+    if pipe.model.get_ref("output").attrs.get("example_weight", 0.0):
+        # the batch's labels' descriptions, as the updated encoder encodes them
+        labels = [pipe.labels[j] for j in numpy.flatnonzero(positive.sum(axis=0))]
+        remember_descriptions(pipe, labels, pipe.descriptions())
     losses[pipe.name] += loss + weight * pair_loss
     return losses
 

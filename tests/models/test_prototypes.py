@@ -157,9 +157,13 @@ def test_nearest_examples_means_each_labels_top_cosines() -> None:
     sims = X @ E.T
     for i in range(4):
         assert near[i, 0] == pytest.approx(numpy.sort(sims[i, [0, 1, 2, 5]])[-2:].mean(), abs=1e-6)
-        assert near[i, 1] == pytest.approx(sims[i, 3], abs=1e-6)  # fewer than top: all
-        assert near[i, 2] == pytest.approx(sims[i, 4], abs=1e-6)
-        assert near[i, 3] == pytest.approx(cos[i, 3], abs=1e-6)  # none: the prototype
+        # fewer than top examples, or none: the prototype's cosine
+        assert near[i, 1] == pytest.approx(cos[i, 1], abs=1e-6)
+        assert near[i, 2] == pytest.approx(cos[i, 2], abs=1e-6)
+        assert near[i, 3] == pytest.approx(cos[i, 3], abs=1e-6)
+    near = nearest_examples(X, E, E_label, cos, top=1)
+    assert near[:, 1] == pytest.approx(sims[:, 3], abs=1e-6)
+    assert near[:, 0] == pytest.approx(sims[:, [0, 1, 2, 5]].max(axis=1), abs=1e-6)
 
 
 def test_remember_examples_replaces_by_key_and_skips_unlabelled() -> None:
@@ -178,7 +182,7 @@ def test_remember_examples_replaces_by_key_and_skips_unlabelled() -> None:
 
 
 def test_examples_count_in_prediction_not_in_training() -> None:
-    layer = cosine_output(exclusive=True, scale=10.0, nO=2, example_weight=1.0)
+    layer = cosine_output(exclusive=True, scale=10.0, nO=2, example_weight=1.0, example_top=1)
     layer.set_dim("nI", 2)
     layer.initialize()
     layer.set_param("W", numpy.asarray([[1, 0], [0, 1]], "f"))

@@ -255,11 +255,32 @@ def test_a_new_label_keeps_the_examples_and_adds_its_own(tiny_bert: Path) -> Non
     textcat = nlp.get_pipe("bert_textcat")
     textcat.add_described_label("pin", ["pin"], [nlp.make_doc("new pin please")])
     output = textcat.model.get_ref("output")
-    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS) + 1
-    assert output.get_param("E_label")[-1] == LABELS.index(LABELS[-1]) + 1
+    # the trained examples, then the new label's example and its description
+    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS) + 2
+    assert output.get_param("E_label")[-2:].tolist() == [len(LABELS), len(LABELS)]
     assert top(nlp, "new pin please") == "pin"
-    textcat.add_described_label("fee", ["a fee"])  # by description alone: its prototype
+    textcat.add_described_label("fee", ["a fee"])  # one description: its prototype stands in
     output = textcat.model.get_ref("output")
-    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS) + 1
-    assert output.get_param("E").shape == (len(TRAIN_TEXTS) + 1, output.get_dim("nI"))
+    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS) + 3
+    assert output.get_param("E").shape == (len(TRAIN_TEXTS) + 3, output.get_dim("nI"))
     assert top(nlp, "a fee") == "fee"
+
+
+def test_descriptions_are_remembered_and_refreshed_in_training(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, example_weight=0.5, label_descriptions=DESCRIPTIONS)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    output = nlp.get_pipe("bert_textcat").model.get_ref("output")
+    phrases = sum(len([d] if isinstance(d, str) else d) for d in DESCRIPTIONS.values())
+    assert len(output.attrs["example_keys"]) == len(TRAIN_TEXTS) + phrases
+    E0 = output.get_param("E").copy()
+    optimizer.learn_rate = 2e-3
+    for _ in range(2):  # nlp.update steps the optimizer after the component's update
+        nlp.update(examples[:2], sgd=optimizer)  # two "card" examples
+    E1 = output.get_param("E")
+    changed = ~numpy.isclose(E0, E1).all(axis=1)
+    labels = output.get_param("E_label")
+    described = numpy.arange(len(E0)) >= len(TRAIN_TEXTS)
+    # the batch's examples and its label's description are re-encoded, no others
+    assert changed[:2].all() and not changed[2 : len(TRAIN_TEXTS)].any()
+    assert (changed[described] == (labels[described] == LABELS.index("card"))).all()
