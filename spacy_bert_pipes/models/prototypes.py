@@ -10,11 +10,11 @@ each label's prototype, so that a label can be defined by a description.
    (multi-label) probabilities. For multi-label, `b_j = -scale * t_j` puts label
    j's decision at cosine `t_j`;
 3. optionally (`example_weight`, exclusive labels) the head also remembers the
-   vectors of the training examples and label descriptions and, when predicting, adds `example_weight` times
-   the mean cosine of the doc with label j's `example_top` most similar examples
-   to `cos(x, W_j)` (`nearest_examples`; a label with fewer examples counts its
-   prototype's cosine): a label whose examples form several groups is not one
-   point.
+   vectors of the training examples and label descriptions and, when
+   predicting, adds `example_weight` times the mean cosine of the doc with
+   label j's `example_top` most similar examples to `cos(x, W_j)`
+   (`nearest_examples`; a label with fewer examples counts its prototype's
+   cosine): a label whose examples form several groups is not one point.
 A prototype starts as the mean of its examples' vectors mixed with the vectors
 of its descriptions (`label_prototypes`), so the model predicts before any
 training, and fine-tuning moves the encoder, the prototypes and the biases.
@@ -341,6 +341,35 @@ def label_prototypes(
             means[j] += description_weight * described.mean(axis=0)
     norms = xp.linalg.norm(means, axis=1, keepdims=True)
     return xp.where(norms > 0, means / xp.maximum(norms, 1e-12), 0.0).astype("f")
+
+
+def self_trained_prototypes(
+    start: Array, vectors: Array, rounds: int, weight: float
+) -> Tuple[Array, Array]:
+    """Prototypes moved towards unlabelled docs (exclusive labels): each round
+    assigns every doc to its nearest prototype, and each label's prototype
+    becomes its starting prototype plus `weight` times the unit mean of the docs
+    assigned to it, to unit length. A label no doc is nearest keeps its start.
+
+    start (Floats2d): The starting unit prototypes. (n_labels, width)
+    vectors (Floats2d): The docs' unit sentence vectors. (n_docs, width)
+    RETURNS: the prototypes (n_labels, width) and each label's number of docs in
+        the last round's assignment (n_labels,).
+    """
+    xp = get_array_module(start)
+    prototypes = start
+    counts = xp.zeros((start.shape[0],), dtype="f")
+    for _ in range(rounds):
+        nearest = (vectors @ prototypes.T).argmax(axis=1)  # (n_docs,)
+        assigned = xp.zeros((len(vectors), start.shape[0]), dtype="f")
+        assigned[xp.arange(len(vectors)), nearest] = 1.0
+        counts = assigned.sum(axis=0)  # (n_labels,)
+        means = assigned.T @ vectors  # (n_labels, width)
+        norms = xp.linalg.norm(means, axis=1, keepdims=True)
+        means = xp.where(norms > 0, means / xp.maximum(norms, 1e-12), 0.0)
+        moved = start + weight * means
+        prototypes = moved / xp.maximum(xp.linalg.norm(moved, axis=1, keepdims=True), 1e-12)
+    return prototypes.astype("f"), counts
 
 
 def calibrate_scale(cos: Array, truth: Array, scales: Sequence[float]) -> float:

@@ -13,6 +13,8 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/prototypes.py`).
   prototypes.
 * `add_labels`: the same for several labels of a loaded pipeline (what
   `bert-pipes add-label` runs).
+* `adapt_to_texts`: the prototypes moved towards a collection of unlabelled
+  texts (self-training from descriptions or a few examples).
 * `contrastive_step`: one training step of few-shot training: the
   classifier's cross-entropy plus the pair loss over the batch's docs.
 No torch here: the math is in `models/prototypes.py`.
@@ -37,6 +39,7 @@ from ..models.prototypes import (
     has_examples,
     label_prototypes,
     remember_examples,
+    self_trained_prototypes,
     store_prototypes,
 )
 
@@ -271,6 +274,11 @@ def add_described_label(
     """Add a label to an initialized (trained) component: its prototype is made
     from its descriptions and its example docs (without training), with a zero
     bias (exclusive) or the configured similarity_threshold (multi-label)."""
+    if not pipe.has_prototypes:
+        raise ValueError(
+            f"'{pipe.name}' cannot add the label {label!r} by description: its model "
+            "is not a spacy-bert-pipes.PrototypeCatModel.v1"
+        )
     if label in pipe.labels:
         raise ValueError(f"'{pipe.name}' already has the label {label!r}")
     if not descriptions and not examples:
@@ -315,6 +323,41 @@ def add_described_label(
         remember(pipe, list(examples), ops.asarray2f(cast(Floats2d, vectors)), positive)
     if phrases:
         remember_descriptions(pipe, [label], {label: phrases}, [described])
+
+
+def adapt_to_texts(
+    pipe: "BertTextCategorizer", docs: Sequence[Doc], rounds: int = 10, weight: float = 4.0
+) -> Dict[str, int]:
+    """Move the prototypes of an initialized (zero-shot, few-shot or trained)
+    exclusive component towards unlabelled docs of its domain: `rounds` times,
+    each doc is assigned to its nearest prototype and each label's prototype
+    becomes its current one plus `weight` times the unit mean of its docs
+    (`models.prototypes.self_trained_prototypes`). The encoder, the temperature
+    and the remembered examples stay as they are.
+
+    RETURNS (Dict[str, int]): label -> the number of docs nearest it at the end.
+    """
+    if not pipe.has_prototypes:
+        raise ValueError(
+            f"'{pipe.name}' cannot adapt prototypes: its model is not a "
+            "spacy-bert-pipes.PrototypeCatModel.v1"
+        )
+    if not pipe.exclusive:
+        raise ValueError(
+            f"'{pipe.name}': adapting the prototypes to unlabelled texts needs "
+            "exclusive_classes = true (one label per doc)"
+        )
+    if rounds < 1 or weight <= 0:
+        raise ValueError(f"rounds must be >= 1 and weight > 0, got {rounds}, {weight}")
+    if not docs:
+        raise ValueError(f"'{pipe.name}': no texts to adapt the prototypes to")
+    output = pipe.model.get_ref("output")
+    W = pipe.model.ops.to_numpy(output.get_param("W"))
+    start = W / numpy.maximum(numpy.linalg.norm(W, axis=1, keepdims=True), 1e-12)
+    vectors = sentence_vectors(pipe, docs)
+    prototypes, counts = self_trained_prototypes(start, vectors, rounds, weight)
+    store_prototypes(pipe.model, prototypes)
+    return {label: int(n) for label, n in zip(pipe.labels, counts.tolist())}
 
 
 def contrastive_step(

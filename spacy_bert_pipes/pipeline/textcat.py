@@ -36,6 +36,7 @@ from .common import (
 )
 from .label_prototypes import (
     LabelDescriptions,
+    adapt_to_texts,
     add_described_label,
     contrastive_step,
     name_description,
@@ -255,12 +256,14 @@ class BertTextCategorizer(ConfiguredPipe):
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
         predictions next to the trained labels."""
-        if not self.has_prototypes:
-            raise ValueError(
-                f"'{self.name}' cannot add the label {label!r} by description: its model "
-                "is not a spacy-bert-pipes.PrototypeCatModel.v1"
-            )
         add_described_label(self, label, descriptions, examples)
+
+    def adapt_to_texts(
+        self, docs: Sequence[Doc], rounds: int = 10, weight: float = 4.0
+    ) -> Dict[str, int]:
+        """Move the prototypes towards unlabelled docs of the domain (self-training,
+        `label_prototypes.adapt_to_texts`); label -> docs nearest it at the end."""
+        return adapt_to_texts(self, list(docs), rounds, weight)
 
     def check_loaded(self) -> None:
         """After loading: add the labels of the label_descriptions setting that the

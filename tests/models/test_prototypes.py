@@ -16,6 +16,7 @@ from spacy_bert_pipes.models.prototypes import (
     label_prototypes,
     nearest_examples,
     remember_examples,
+    self_trained_prototypes,
 )
 from spacy_bert_pipes.pipeline.pair_batches import configure_label_pairs_batcher
 
@@ -201,3 +202,15 @@ def test_example_weight_needs_exclusive_classes() -> None:
         PrototypeCatModel(Model("encoder", lambda m, X, t: (X, None)), False, example_weight=0.5)
     with pytest.raises(ValueError, match="example_top"):
         PrototypeCatModel(Model("encoder", lambda m, X, t: (X, None)), example_top=0)
+
+
+def test_self_trained_prototypes_move_towards_their_docs() -> None:
+    start = unit(numpy.asarray([[1, 0.2, 0], [0.2, 1, 0], [0, 0, 1]]))
+    # docs around (1, 1, 0.3) lean to label 1; docs around (1, -0.2, 0) to label 0
+    docs = unit(numpy.asarray([[1, 1.1, 0.3], [0.9, 1.0, 0.3], [1, -0.2, 0], [1, -0.3, 0.05]]))
+    prototypes, counts = self_trained_prototypes(start, docs, rounds=3, weight=2.0)
+    assert counts.tolist() == [2.0, 2.0, 0.0]
+    expected = start[1] + 2.0 * unit(docs[:2].sum(axis=0, keepdims=True))[0]
+    assert prototypes[1] == pytest.approx(expected / numpy.linalg.norm(expected), abs=1e-6)
+    assert prototypes[2] == pytest.approx(start[2], abs=1e-6)  # no docs: its start
+    assert numpy.linalg.norm(prototypes, axis=1) == pytest.approx(1.0, abs=1e-6)

@@ -284,3 +284,40 @@ def test_descriptions_are_remembered_and_refreshed_in_training(tiny_bert: Path) 
     # the batch's examples and its label's description are re-encoded, no others
     assert changed[:2].all() and not changed[2 : len(TRAIN_TEXTS)].any()
     assert (changed[described] == (labels[described] == LABELS.index("card"))).all()
+
+
+def test_adapting_to_unlabelled_texts_moves_the_prototypes(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_descriptions=DESCRIPTIONS)
+    nlp.initialize()
+    textcat = nlp.get_pipe("bert_textcat")
+    W0 = textcat.model.get_ref("output").get_param("W").copy()
+    docs = [nlp.make_doc(text) for text, _ in TRAIN_TEXTS]
+    counts = textcat.adapt_to_texts(docs, rounds=2, weight=1.0)
+    assert set(counts) == set(textcat.labels) and sum(counts.values()) == len(docs)
+    W1 = textcat.model.get_ref("output").get_param("W")
+    changed = [not numpy.allclose(W0[j], W1[j]) for j in range(len(textcat.labels))]
+    assert any(changed)
+    for j, label in enumerate(textcat.labels):
+        if counts[label] == 0:  # no doc nearest it: the prototype stays
+            assert not changed[j]
+    cats = nlp("hello world").cats
+    assert sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_adapting_needs_exclusive_prototypes_and_texts(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, exclusive=False, label_descriptions=DESCRIPTIONS)
+    nlp.initialize()
+    with pytest.raises(ValueError, match="exclusive_classes"):
+        nlp.get_pipe("bert_textcat").adapt_to_texts([nlp.make_doc("hello")])
+    nlp = make_nlp(tiny_bert, label_descriptions=DESCRIPTIONS)
+    nlp.initialize()
+    with pytest.raises(ValueError, match="no texts"):
+        nlp.get_pipe("bert_textcat").adapt_to_texts([])
+    with pytest.raises(ValueError, match="rounds"):
+        nlp.get_pipe("bert_textcat").adapt_to_texts([nlp.make_doc("hello")], rounds=0)
+    plain = spacy.blank("en")
+    plain.add_pipe("bert_textcat", config={"model": {"encoder": SMALL_ENCODER}})
+    plain.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    plain.initialize(lambda: textcat_examples(plain))
+    with pytest.raises(ValueError, match="PrototypeCatModel"):
+        plain.get_pipe("bert_textcat").adapt_to_texts([plain.make_doc("hello")])
