@@ -15,7 +15,9 @@ sample, at most --max-steps steps (the config's learning-rate schedule scaled to
 it), and keeps the last model. With --held-out N, the seed also picks N
 intents that are left out of the k-shot training and added back afterwards by
 their names (`add_described_label`): their recall, and the other intents'
-accuracy before and after, are reported.
+accuracy before and after, are reported. With --unlabelled N, zero-shot is also
+scored after `adapt_to_texts` on N training queries used as unlabelled texts
+(their labels unused): `adapted_accuracy`.
 """
 
 import csv
@@ -156,7 +158,8 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     summary: Dict[str, Any] = {}
     for k in sorted({r["per_label"] for r in runs}):
         summary[str(k)] = {"seeds": sorted(r["seed"] for r in runs if r["per_label"] == k)}
-        for key in ("accuracy", "baseline_accuracy", "held_out_recall", "train_seconds"):
+        keys = ("accuracy", "baseline_accuracy", "held_out_recall", "train_seconds")
+        for key in (*keys, "adapted_accuracy"):
             values = [r[key] for r in runs if r["per_label"] == k and key in r]
             if values:
                 sd = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -218,6 +221,7 @@ def main(
     baseline: bool = typer.Option(True, help="Also frozen embeddings + logistic regression"),
     held_out: int = typer.Option(0, help="Intents held out of k-shot training, added by name"),
     held_out_at: List[int] = typer.Option([10], help="The k at which to run --held-out"),
+    unlabelled: int = typer.Option(0, help="Zero-shot: also adapt to N unlabelled train queries"),
     epochs: float = typer.Option(6.0, help="Training length in epochs of the sample..."),
     max_steps: int = typer.Option(150, help="...but at most this many steps (batches of 32)"),
     override: List[str] = typer.Option([], help="KEY=JSON config overrides, repeatable"),
@@ -253,6 +257,14 @@ def main(
                     nlp = zero_shot(config, labels, {**overrides, "system.seed": seed})
                     run["train_seconds"] = time.perf_counter() - start
                     run["accuracy"] = accuracy(predict(nlp, texts), gold)
+                    if unlabelled:
+                        pool = random.Random(seed).sample([t for t, _ in train], unlabelled)
+                        textcat = nlp.get_pipe("bert_textcat")
+                        start = time.perf_counter()
+                        textcat.adapt_to_texts([nlp.make_doc(t) for t in pool])
+                        run["adapt_seconds"] = time.perf_counter() - start
+                        run["unlabelled"] = unlabelled
+                        run["adapted_accuracy"] = accuracy(predict(nlp, texts), gold)
                     runs.append(run)
                     print(json.dumps(run), flush=True)
                     continue
