@@ -185,8 +185,11 @@ def merge(parts: List[Path], output: Path) -> None:
     print(json.dumps(merged["summary"], indent=2))
 
 
-def plot(summary: Dict[str, Any], plain: Optional[Path], path: Path) -> None:
-    """The curve: accuracy against examples per intent, ours and the baselines."""
+def plot(
+    summary: Dict[str, Any], plain: Optional[Path], adapted: Optional[Path], path: Path
+) -> None:
+    """The curve: accuracy against examples per intent, ours and the baselines;
+    with `adapted`, the zero-shot point after adapt_to_texts (--unlabelled)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,12 +207,18 @@ def plot(summary: Dict[str, Any], plain: Optional[Path], path: Path) -> None:
         steps = report["max_steps"]
         label = f"bert_textcat fine-tuned (textcat.cfg, {steps} steps)"
         ax.plot([report["per_label"]], [mean], marker="s", ls="", label=label)
+    if adapted is not None:
+        report = json.loads(adapted.read_text(encoding="utf8"))
+        runs = [r for r in report["runs"] if "adapted_accuracy" in r]
+        mean = statistics.mean(r["adapted_accuracy"] for r in runs)
+        label = f"names + {runs[0]['unlabelled']:,} unlabelled texts (adapt_to_texts)"
+        ax.plot([0], [mean], marker="^", ls="", label=label)
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("labelled examples per intent (0: intent names only)")
     ax.set_ylabel("Banking77 test accuracy (%)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -228,12 +237,14 @@ def main(
     output: Path = typer.Option(ROOT / "bench/results/few_shot_banking77.json"),
     plot_to: Optional[Path] = typer.Option(None, help="Draw the curve (PNG) from --output"),
     plain: Optional[Path] = typer.Option(None, help="bench/low_data.py results to plot beside"),
+    adapted: Optional[Path] = typer.Option(None, help="--unlabelled results to plot beside"),
     merge_from: List[Path] = typer.Option([], help="Merge these results files into --output"),
 ) -> None:
     if merge_from:
         merge(merge_from, output)
     if plot_to is not None:  # draw from the results already written
-        plot(json.loads(output.read_text(encoding="utf8"))["summary"], plain, plot_to)
+        summary = json.loads(output.read_text(encoding="utf8"))["summary"]
+        plot(summary, plain, adapted, plot_to)
     if merge_from or plot_to is not None:
         return
     torch.set_num_threads(max(1, torch.get_num_threads()))
