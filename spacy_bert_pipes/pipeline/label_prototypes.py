@@ -371,9 +371,9 @@ def contrastive_step(
     """One update: the classifier's loss (`get_loss`) plus contrastive_weight
     times the pair loss over the batch's sentence vectors, docs of the same
     label being the positive pairs (exclusive: the gold label; multi-label: a
-    doc's first gold label). With example_weight, the batch's vectors are
-    remembered as its docs' latest, and after the step its labels'
-    descriptions are encoded again (without gradient) and remembered."""
+    doc's first gold label). With example_weight, after the step the batch's
+    docs and its labels' descriptions are encoded again as prediction encodes
+    them (no dropout, no gradient) and remembered as their latest vectors."""
     losses.setdefault(pipe.name, 0.0)
     body, output = pipe.model.get_ref("body"), pipe.model.get_ref("output")
     docs = [eg.predicted for eg in examples]
@@ -383,7 +383,6 @@ def contrastive_step(
     d_vectors = backprop_output(d_logits)
     truths, known = pipe.truths(examples)
     positive = truths * known
-    remember(pipe, [eg.reference for eg in examples], vectors, positive)
     weight = float(pipe.cfg["contrastive_weight"])
     pair_loss = 0.0
     if weight > 0:
@@ -396,7 +395,9 @@ def contrastive_step(
     if sgd is not None:
         pipe.finish_update(sgd)
     if pipe.model.get_ref("output").attrs.get("example_weight", 0.0):
-        # the batch's labels' descriptions, as the updated encoder encodes them
+        # the batch's docs and its labels' descriptions as prediction encodes
+        # them (no dropout), with the weights after the step when it was taken
+        remember(pipe, [eg.reference for eg in examples], body.predict(docs), positive)
         labels = [pipe.labels[j] for j in numpy.flatnonzero(positive.sum(axis=0))]
         remember_descriptions(pipe, labels, pipe.descriptions())
     losses[pipe.name] += loss + weight * pair_loss
