@@ -15,11 +15,16 @@ when `[training] max_epochs = -1`, and once in all otherwise.
 
 `shuffle = false` reads every source whole, in order, once, and samples nothing: for
 dev corpora. Every example's docs carry their source's name in `doc._.bert_pipes_source`.
+
+When sampling, the sources' files are read once per `nlp` object and every call
+yields copies of those examples: spaCy's initialization calls a train corpus once
+per component that looks at the data, and reading a corpus of requests with their
+gold answers costs several times what copying its examples does.
 """
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 from spacy.tokens import Doc
 from spacy.training import Corpus, Example
@@ -111,6 +116,10 @@ class MultiCorpus:
         self.epoch_size = epoch_size
         self.seed = seed
         self.calls = 0
+        # the examples of each source as first read, for the nlp object they were
+        # read with; never yielded (copies are), so that training cannot change them
+        self._read_for: Any = None
+        self._examples: Dict[str, List[Example]] = {}
 
     def __call__(self, nlp: "Language") -> Iterator[Example]:
         """Yield the examples of one epoch.
@@ -132,10 +141,7 @@ class MultiCorpus:
                 if not n_read:
                     raise self._empty(name)
             return
-        examples = {name: list(corpus(nlp)) for name, corpus in self.sources.items()}
-        for name, egs in examples.items():
-            if not egs:
-                raise self._empty(name)
+        examples = self._read(nlp)
         epoch = self.calls
         self.calls += 1
         counts = self.counts({name: len(egs) for name, egs in examples.items()})
@@ -149,6 +155,17 @@ class MultiCorpus:
         random.Random(f"{self.seed}:{epoch}").shuffle(order)
         for name in order:
             yield _with_source(next(streams[name]), name)
+
+    def _read(self, nlp: "Language") -> Dict[str, List[Example]]:
+        """Every source's examples, read from its files at the first call with `nlp`."""
+        if self._read_for is not nlp:
+            self._examples = {}
+            for name, corpus in self.sources.items():
+                self._examples[name] = list(corpus(nlp))
+                if not self._examples[name]:
+                    raise self._empty(name)
+            self._read_for = nlp
+        return self._examples
 
     def counts(self, sizes: Dict[str, int]) -> Dict[str, int]:
         """How many examples of each source one sampled call yields.
@@ -184,19 +201,17 @@ class MultiCorpus:
         return ValueError(message)
 
     def _stream(self, name: str, examples: List[Example], start: int) -> Iterator[Example]:
-        """The source's examples from position `start` on, in an endless order: pass
-        after pass over the source, each pass in a new shuffled order. A small source comes
-        round more than once a call: the repeats are copies, so that no Example object
-        is in a batch twice."""
+        """Copies of the source's examples from position `start` on, in an endless
+        order: pass after pass over the source, each pass in a new shuffled order. A
+        small source comes round more than once a call, each time as a new copy, so
+        that no Example object is in a batch twice."""
         size = len(examples)
         cycle, offset = divmod(start, size)
-        n_yielded = 0
         while True:
             order = list(range(size))
             random.Random(f"{self.seed}:{name}:{cycle}").shuffle(order)
             for i in order[offset:]:
-                yield examples[i] if n_yielded < size else examples[i].copy()
-                n_yielded += 1
+                yield examples[i].copy()
             cycle, offset = cycle + 1, 0
 
 

@@ -137,6 +137,22 @@ def test_repeats_are_separate_examples(corpora: Dict[str, str], nlp: Language) -
     assert len({id(eg.predicted) for eg in examples}) == 30
 
 
+def test_the_files_are_read_once_per_nlp_and_copies_yielded(tmp_path: Path, nlp: Language) -> None:
+    path = tmp_path / "a.spacy"
+    DocBin(docs=[nlp.make_doc(f"query number a{i} here") for i in range(4)]).to_disk(path)
+    corpus = MultiCorpus({"A": str(path)}, epoch_size=4)
+    first = read(corpus, nlp)
+    first[0].predicted.cats["CHANGED"] = 1.0  # what training might do to a yielded doc
+    first[0].reference.user_data["seen"] = True
+    DocBin(docs=[nlp.make_doc("another text")]).to_disk(path)
+    second = read(corpus, nlp)  # the same nlp: the examples first read, copied again
+    assert sorted(map(mark, second)) == sorted(map(mark, first))
+    assert not {id(eg) for eg in first} & {id(eg) for eg in second}
+    assert all(not eg.predicted.cats and "seen" not in eg.reference.user_data for eg in second)
+    other = read(corpus, spacy.blank("en"))  # another nlp object reads the files again
+    assert {eg.reference.text for eg in other} == {"another text"}
+
+
 def test_shuffle_false_reads_every_doc_once_in_order(
     corpora: Dict[str, str], nlp: Language
 ) -> None:
