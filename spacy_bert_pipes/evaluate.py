@@ -8,7 +8,7 @@ object per line, for confusion matrices and error analysis (`report`):
 
 ```
 {"index": 0, "text": "...", "components": {
-  "bert_textcat": {"task": "textcat", "exclusive": true,
+  "bert_textcat": {"task": "textcat", "score_prefix": "cats", "exclusive": true,
                    "gold": ["card_arrival"], "predicted": ["card_linking"],
                    "scores": {"card_arrival": 0.31, "card_linking": 0.52}},
   "bert_ner": {"task": "ner",
@@ -20,7 +20,8 @@ object per line, for confusion matrices and error analysis (`report`):
                 "score": 8.1, "gold": ["7pm"], "exact": 1.0, "f1": 1.0}]}}}
 ```
 
-textcat: "gold" are the reference's labels with a value >= 0.5; "predicted" is
+textcat: "score_prefix" is the prefix of the component's scores in the metrics
+("cats" unless configured); "gold" are the reference's labels with a value >= 0.5; "predicted" is
 the top label for exclusive classes, else the labels at or over the
 component's threshold; "scores" holds the predicted probability of each gold
 and predicted label. ner: character offsets (end exclusive) of the entities
@@ -208,6 +209,7 @@ def _textcat_record(pipe: BertTextCategorizer, eg: Example) -> Dict[str, Any]:
     shown = dict.fromkeys(gold + predicted)
     return {
         "task": "textcat",
+        "score_prefix": pipe.cfg.get("score_prefix", "cats"),
         "exclusive": pipe.exclusive,
         "gold": gold,
         "predicted": predicted,

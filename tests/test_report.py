@@ -226,7 +226,7 @@ def test_inputs_are_paired_by_name(metrics_dir: Path) -> None:
     assert runs["textcat"].timing is not None and runs["textcat"].timing["seconds"] == 3725.4
     assert runs["ner"].timing is None
     assert len(runs["textcat"].predictions) == 5 and runs["multilabel"].predictions == []
-    assert runs["textcat"].tasks == ["textcat"]
+    assert runs["textcat"].tasks == ["textcat:cats"]
     assert runs["ner"].tasks == ["ner:ents"]
     assert runs["qa_slots"].tasks == ["qa"]
     assert set(inputs.timings) == {"textcat_train_time", "pretrain_time"}
@@ -722,3 +722,65 @@ def test_collection_map_and_near_duplicates(tmp_path: Path) -> None:
     markdown = report.markdown.read_text(encoding="utf8")
     assert "No `tickets_similar.json` beside" in markdown
     assert [p.name for p in report.images if "map" in p.name] == ["annotated_tickets_map.png"]
+
+
+def test_a_multi_head_run_reports_only_the_heads_it_scored(tmp_path: Path) -> None:
+    """One pipeline with two classifiers (score prefixes "cats" and "nlu"), NER
+    and QA, evaluated on one head's test set: the other heads' scores are None."""
+    nlu = {k.replace("cats_", "nlu_"): v for k, v in MULTILABEL.items()}
+    nones = {k: None for k in [*TEXTCAT, *NER, *QA] if k not in ("token_acc", "speed")}
+    scores = {**nones, **{k: None for k in nlu}, **nlu, "qa_n": 0, "speed": 900.0}
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    (folder / "multitask_nluplusplus.json").write_text(json.dumps(scores))
+    record = {
+        "index": 0,
+        "text": "refund me",
+        "components": {
+            "intents": {**textcat_record("refund me", "x", "card")["components"]["bert_textcat"]},
+            "nluplusplus": {
+                "task": "textcat",
+                "score_prefix": "nlu",
+                "exclusive": False,
+                "gold": ["refund"],
+                "predicted": [],
+                "scores": {"refund": 0.2},
+            },
+        },
+    }
+    record["components"]["intents"]["gold"] = []  # not a Banking77 doc
+    with (folder / "multitask_nluplusplus_predictions.jsonl").open("w") as file_:
+        file_.write(json.dumps(record) + "\n")
+    (run,) = read_inputs([folder]).runs
+    assert run.tasks == ["textcat:nlu"]
+    assert read_inputs([folder / "multitask_nluplusplus.json"]).runs[0].tasks == ["textcat:nlu"]
+    report = write_report([folder], tmp_path / "out", plots=False)
+    text = report.markdown.read_text()
+    assert "text classification (multi-label, `nlu_`) | macro F 55.00, micro F 61.00" in text
+    assert "Errors of `nluplusplus`" in text and "| refund | 1 | 0 |" in text
+    # intents' records are scored under "cats", which this run has no number for
+    assert "intents" not in text and "NER" not in text and "question answering" not in text
+
+
+def test_the_one_pass_heads_beside_the_heads_apart(tmp_path: Path) -> None:
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    one_pass = {
+        "multitask_banking77": {**TEXTCAT, "cats_accuracy": 0.85},
+        "multitask_nluplusplus": {"nlu_micro_f": 0.79, "nlu_macro_f": 0.7, "nlu_f_per_type": {}},
+        "multitask_conll2003": {**NER, "ents_f": 0.8012},
+        "multitask_restaurant8k": {**QA, "qa_span_f": 0.88, "qa_f1": 0.97},
+    }
+    for stem, scores in one_pass.items():
+        (folder / f"{stem}.json").write_text(json.dumps(scores))
+    report = write_report([folder], tmp_path / "out", plots=False, one_pass=folder)
+    text = report.markdown.read_text()
+    assert "| CoNLL-2003 F1 | - | 80.12 | - |" in text
+    assert "Heads apart: not scored in" in text and "spacy project run one-pass" in text
+    assert text.index("## One encoder pass") < text.index("## Summary")
+    (folder / "ner.json").write_text(json.dumps({**NER, "ents_f": 0.8}))
+    text = write_report([folder], tmp_path / "out", plots=False, one_pass=folder).markdown
+    assert "| CoNLL-2003 F1 | 80.00 | 80.12 | +0.12 |" in text.read_text()
+    (folder / "multitask_conll2003.json").unlink()
+    with pytest.raises(ReportError, match="--one-pass: .*multitask_conll2003.json: no such"):
+        write_report([folder], tmp_path / "out", plots=False, one_pass=folder)

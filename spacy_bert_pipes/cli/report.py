@@ -59,6 +59,16 @@ def report_cli(
         dir_okay=False,
         show_default=False,
     ),
+    one_pass: Optional[Path] = typer.Option(
+        None,
+        "--one-pass",
+        help="A metrics folder with the one-pass pipeline's multitask_<corpus>.json (the "
+        "workflow `all`): adds each head's score beside the head trained apart (textcat.json, "
+        "multilabel.json, ner.json, qa_slots.json in the folder), or says how to get those",
+        exists=True,
+        file_okay=False,
+        show_default=False,
+    ),
     title: str = typer.Option("Evaluation report", "--title", help="The report's title"),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNGs (needs matplotlib)"),
 ) -> None:
@@ -75,7 +85,8 @@ def report_cli(
     >= 0.5), entities per label and answers per question, with bar charts;
     with a vector column (annotate --vectors), a 2-D map of its rows coloured
     by predicted intent, and the near-duplicates of bert-pipes
-    similar-collection (<stem>_similar.json beside it).
+    similar-collection (<stem>_similar.json beside it). --one-pass adds the
+    one-pass pipeline's heads beside the heads trained apart.
     """
     try:
         labels = read_labels(intents) if intents is not None else None
@@ -87,6 +98,7 @@ def report_cli(
             title=title,
             plots=plots,
             intents=labels,
+            one_pass=one_pass,
         )
     except (ReportError, ConversionError, ImportError) as err:
         fail(str(err))

@@ -1,10 +1,11 @@
 """The one-pass pipeline beside the heads trained apart: each task's score on its
-own test set and the docs/s of both pipelines, as a Markdown table.
+own test set and the docs/s of both pipelines.
 
 Reads the metrics JSONs that `bert-pipes evaluate` writes in the workflow
-(project.yml, workflow `one-pass`): the heads apart as `textcat.json`,
-`multilabel.json`, `ner.json` and `qa_slots.json`, the one-pass pipeline on each
-test set as `multitask_<source>.json`, and optionally the speed JSON of
+(project.yml): the one-pass pipeline on each test set as
+`multitask_<source>.json` (workflow `all`), the heads apart as `textcat.json`,
+`multilabel.json`, `ner.json` and `qa_slots.json` (workflows `apart` and
+`one-pass`) where they exist, and optionally the speed JSON of
 `bench/one_pass.py`.
 """
 
@@ -54,17 +55,46 @@ def _score(metrics_dir: Path, stem: str, key: str) -> float:
     return float(value) * 100
 
 
+class Row(NamedTuple):
+    task: str
+    apart: Optional[float]  # None: the head apart was not scored in the folder
+    one_pass: float
+
+
+# Where the heads-apart scores come from, for a reader of a folder without them.
+APART_SOURCE = (
+    "`spacy project run one-pass` trains the four heads apart at the same budget, "
+    "scores them on the same test sets and fills this column"
+)
+
+
+def compare(metrics_dir: Path) -> List[Row]:
+    """Each task's one-pass score and, where its metrics file is in the folder,
+    the score of the head trained apart."""
+    rows = []
+    for task in TASKS:
+        one = _score(metrics_dir, task.one_pass, task.one_pass_key)
+        apart_path = metrics_dir / f"{task.apart}.json"
+        apart = _score(metrics_dir, task.apart, task.apart_key) if apart_path.exists() else None
+        rows.append(Row(task.name, apart, one))
+    return rows
+
+
 def side_by_side(metrics_dir: Path, speed: Optional[Path] = None) -> str:
     """The Markdown table: one row per task, and one for the docs/s of the two
-    pipelines when `speed` (bench/one_pass.py's JSON) is given."""
+    pipelines when `speed` (bench/one_pass.py's JSON) is given; a note under it
+    when a head apart was not scored."""
     lines: List[str] = [
         "| task (own test set) | heads apart | one pass | difference |",
         "|---|---|---|---|",
     ]
-    for task in TASKS:
-        apart = _score(metrics_dir, task.apart, task.apart_key)
-        one = _score(metrics_dir, task.one_pass, task.one_pass_key)
-        lines.append(f"| {task.name} | {apart:.2f} | {one:.2f} | {one - apart:+.2f} |")
+    rows = compare(metrics_dir)
+    for row in rows:
+        if row.apart is None:
+            lines.append(f"| {row.task} | - | {row.one_pass:.2f} | - |")
+        else:
+            diff = row.one_pass - row.apart
+            lines.append(f"| {row.task} | {row.apart:.2f} | {row.one_pass:.2f} | {diff:+.2f} |")
     if speed is not None:
         data = _read(speed)
         try:
@@ -77,4 +107,6 @@ def side_by_side(metrics_dir: Path, speed: Optional[Path] = None) -> str:
             f"| docs/s ({texts} texts, {data.get('device', 'cpu')}) | {apart_dps:.1f} | "
             f"{one_dps:.1f} | {one_dps / apart_dps:.2f}x |"
         )
+    if any(row.apart is None for row in rows):
+        lines += ["", f"Heads apart: not scored in `{metrics_dir}`; {APART_SOURCE}."]
     return "\n".join(lines) + "\n"

@@ -1,12 +1,14 @@
 """`write_report`: reads the inputs, puts the sections together in order (a
-summary, each run's tasks, the annotated collections, the timings, the skipped
-inputs) and writes report.md, report.html and the PNGs."""
+summary, the one-pass pipeline beside the heads apart, each run's tasks, the
+annotated collections, the timings, the skipped inputs) and writes report.md,
+report.html and the PNGs."""
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ..multitask.compare import APART_SOURCE, TASKS, CompareError, compare
 from .collection import collection_section
 from .document import Block, Heading, Paragraph, Table, duration, pct, short, to_html, to_markdown
 from .inputs import Inputs, ReportError, Run, read_inputs
@@ -42,6 +44,7 @@ def write_report(
     title: str = "Evaluation report",
     plots: bool = True,
     intents: Optional[Sequence[str]] = None,
+    one_pass: Optional[Union[str, Path]] = None,
 ) -> Report:
     """Write report.md, report.html and the PNGs of the metrics in `paths`.
 
@@ -56,6 +59,10 @@ def write_report(
     plots (bool): Whether to draw the PNGs (needs matplotlib).
     intents (Optional[Sequence[str]]): The categories an annotated row's
         predicted intent (on the map of its vectors) is chosen from; None: all.
+    one_pass (Optional[Union[str, Path]]): A metrics folder with the one-pass
+        pipeline's `multitask_<corpus>.json` (project.yml's workflow `all`): adds
+        a table of each head's score beside the head trained apart, where the
+        folder has its metrics (`spacy_bert_pipes.multitask.compare`).
     RETURNS (Report): The files written.
     """
     if plots:
@@ -72,6 +79,8 @@ def write_report(
     output_dir.mkdir(parents=True, exist_ok=True)
     figures = Figures(output_dir, plots)
     blocks = document(inputs, title, figures)
+    if one_pass is not None:
+        blocks[2:2] = _one_pass_section(Path(one_pass))  # after the title and sources
     markdown_path = output_dir / "report.md"
     markdown_path.write_text(to_markdown(blocks), encoding="utf8")
     html_path = output_dir / "report.html"
@@ -99,8 +108,8 @@ def document(inputs: Inputs, title: str, figures: Figures) -> List[Block]:
     for run in inputs.runs:
         blocks.append(Heading(2, f"Run `{run.name}`"))
         for task in run.tasks:
-            if task == "textcat":
-                blocks += textcat_section(run, figures)
+            if task.startswith("textcat:"):
+                blocks += textcat_section(run, task[len("textcat:") :], figures)
             elif task.startswith("ner:"):
                 blocks += ner_section(run, task[len("ner:") :], figures)
             elif task == "qa":
@@ -113,6 +122,34 @@ def document(inputs: Inputs, title: str, figures: Figures) -> List[Block]:
     if inputs.notes:
         blocks.append(Heading(2, "Skipped inputs"))
         blocks += [Paragraph(note) for note in inputs.notes]
+    return blocks
+
+
+def _one_pass_section(metrics_dir: Path) -> List[Block]:
+    try:
+        rows = compare(metrics_dir)
+    except CompareError as err:
+        raise ReportError(f"--one-pass: {err}") from err
+    table = [
+        [
+            row.task,
+            "-" if row.apart is None else f"{row.apart:.2f}",
+            f"{row.one_pass:.2f}",
+            "-" if row.apart is None else f"{row.one_pass - row.apart:+.2f}",
+        ]
+        for row in rows
+    ]
+    files = ", ".join(f"`{stem}.json`" for stem in dict.fromkeys(t.one_pass for t in TASKS))
+    blocks: List[Block] = [
+        Heading(2, "One encoder pass and the heads trained apart"),
+        Paragraph(
+            f"Each head of the one-pass pipeline on its own test set ({files} in "
+            f"`{metrics_dir}`), beside the same head trained apart."
+        ),
+        Table(["Task (own test set)", "Heads apart", "One pass", "Difference"], table, "lrrr"),
+    ]
+    if any(row.apart is None for row in rows):
+        blocks.append(Paragraph(f"Heads apart: not scored in `{metrics_dir}`; {APART_SOURCE}."))
     return blocks
 
 
@@ -161,14 +198,14 @@ def _timings(timings: Dict[str, Dict[str, Any]]) -> List[Block]:
 
 def _main_scores(s: Dict[str, Any], task: str) -> Tuple[str, str]:
     """A task's name and main scores, for the summary table."""
-    if task == "textcat":
-        if s.get("cats_accuracy") is not None:
-            return "text classification", (
-                f"accuracy {pct(s['cats_accuracy'])}, macro F {pct(s.get('cats_macro_f'))}"
-            )
-        return "text classification (multi-label)", (
-            f"macro F {pct(s.get('cats_macro_f'))}, micro F {pct(s.get('cats_micro_f'))}"
-        )
+    if task.startswith("textcat:"):
+        p = task[len("textcat:") :]
+        exclusive = s.get(f"{p}_accuracy") is not None
+        notes = ([] if exclusive else ["multi-label"]) + ([] if p == "cats" else [f"`{p}_`"])
+        name = "text classification" + (f" ({', '.join(notes)})" if notes else "")
+        if exclusive:
+            return name, f"accuracy {pct(s[f'{p}_accuracy'])}, macro F {pct(s.get(f'{p}_macro_f'))}"
+        return name, f"macro F {pct(s.get(f'{p}_macro_f'))}, micro F {pct(s.get(f'{p}_micro_f'))}"
     if task.startswith("ner:"):
         prefix = task[len("ner:") :]
         p, r, f = (pct(s.get(f"{prefix}_{k}")) for k in "prf")

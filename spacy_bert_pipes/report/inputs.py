@@ -50,10 +50,14 @@ class Run:
 
     @property
     def tasks(self) -> List[str]:
-        """The tasks the scores cover: "textcat", "ner" (one per key prefix), "qa"."""
-        tasks = ["textcat"] if "cats_score" in self.scores else []
+        """The tasks the scores cover: "textcat:<prefix>" (one per score prefix
+        of a text classifier, "cats" unless its `score_prefix` says otherwise),
+        "ner:<prefix>" (one per key prefix), "qa". A task counts only where its
+        main score is a number: a pipeline with several heads, evaluated on one
+        head's test set, writes None for the others."""
+        tasks = [f"textcat:{prefix}" for prefix in textcat_prefixes(self.scores)]
         tasks += [f"ner:{prefix}" for prefix in ner_prefixes(self.scores)]
-        if "qa_f1" in self.scores:
+        if self.scores.get("qa_f1") is not None:
             tasks.append("qa")
         return tasks
 
@@ -187,11 +191,27 @@ class Inputs:
     collections: List[Collection] = field(default_factory=list)
 
 
+def textcat_prefixes(scores: Dict[str, Any]) -> List[str]:
+    """The prefixes of text classification scores with a number: "cats" first,
+    then any other `score_prefix` (each has <prefix>_macro_f and
+    <prefix>_f_per_type), sorted."""
+    prefixes = {
+        key[: -len("_f_per_type")]
+        for key in scores
+        if key.endswith("_f_per_type") and not key.startswith(("ents", "spans_"))
+    }
+    scored = [p for p in prefixes if scores.get(f"{p}_macro_f") is not None]
+    return sorted(scored, key=lambda p: (p != "cats", p))
+
+
 def ner_prefixes(scores: Dict[str, Any]) -> List[str]:
-    """The prefixes of entity scores: "ents", and "spans_<key>" for span groups."""
-    prefixes = ["ents"] if "ents_f" in scores else []
+    """The prefixes of entity scores with a number: "ents", and "spans_<key>"
+    for span groups."""
+    prefixes = ["ents"] if scores.get("ents_f") is not None else []
     prefixes += sorted(
-        key[: -len("_f")] for key in scores if key.startswith("spans_") and key.endswith("_f")
+        key[: -len("_f")]
+        for key in scores
+        if key.startswith("spans_") and key.endswith("_f") and scores[key] is not None
     )
     return prefixes
 

@@ -19,40 +19,49 @@ from .plots import (
 )
 
 
-def textcat_section(run: Run, figures: Figures) -> List[Block]:
-    """The section of a run's text classification scores and predictions."""
+def textcat_section(run: Run, prefix: str, figures: Figures) -> List[Block]:
+    """The section of a run's text classification scores under `prefix` ("cats",
+    or a bert_textcat's score_prefix) and the predictions of its components."""
     s = run.scores
-    exclusive = s.get("cats_accuracy") is not None
-    per_label: Dict[str, Dict[str, float]] = s.get("cats_f_per_type") or {}
+    exclusive = s.get(f"{prefix}_accuracy") is not None
+    per_label: Dict[str, Dict[str, float]] = s.get(f"{prefix}_f_per_type") or {}
     kind = "exclusive classes" if exclusive else "multi-label"
+    scores_of = "" if prefix == "cats" else f", scores `{prefix}_`"
     blocks: List[Block] = [
-        Heading(3, f"Text classification ({kind}, {len(per_label)} labels)"),
+        Heading(3, f"Text classification ({kind}, {len(per_label)} labels{scores_of})"),
     ]
     overall = [
-        ("Accuracy (top label)", "cats_accuracy"),
-        ("Macro P", "cats_macro_p"),
-        ("Macro R", "cats_macro_r"),
-        ("Macro F", "cats_macro_f"),
-        ("Micro F", "cats_micro_f"),
-        ("Macro ROC AUC", "cats_macro_auc"),
+        ("Accuracy (top label)", "accuracy"),
+        ("Macro P", "macro_p"),
+        ("Macro R", "macro_r"),
+        ("Macro F", "macro_f"),
+        ("Micro F", "micro_f"),
+        ("Macro ROC AUC", "macro_auc"),
     ]
-    rows = [[name, pct(s[key])] for name, key in overall if s.get(key) is not None]
+    rows = [
+        [name, pct(s[f"{prefix}_{key}"])]
+        for name, key in overall
+        if s.get(f"{prefix}_{key}") is not None
+    ]
     blocks.append(Table(["Score", "Value"], rows))
+    stem = run.name if prefix == "cats" else f"{run.name}_{prefix}"
     if per_label:
         blocks += figures.image(
-            f"{run.name}_textcat_f1",
-            f"F1 per label, {run.name}",
+            f"{stem}_textcat_f1",
+            f"F1 per label, {stem}",
             draw_f1_bars,
             per_label,
-            f"{run.name}: F1 per label ({len(per_label)} labels, worst first)",
-            s.get("cats_macro_f"),
+            f"{stem}: F1 per label ({len(per_label)} labels, worst first)",
+            s.get(f"{prefix}_macro_f"),
         )
     support: Counter = Counter()
     for name, records in run.components("textcat").items():
+        if records[0].get("score_prefix", "cats") != prefix:
+            continue  # another classifier of the pipeline, scored under its own prefix
         for record in records:
             support.update(record["gold"])
-        if records and records[0].get("exclusive"):
-            blocks += _confusion(run, name, records, figures)
+        if records[0].get("exclusive"):
+            blocks += _confusion(run, name, records, prefix, figures)
         else:
             blocks += _multilabel_errors(name, records)
     if per_label:
@@ -67,7 +76,7 @@ def textcat_section(run: Run, figures: Figures) -> List[Block]:
 
 
 def _confusion(
-    run: Run, component: str, records: List[Dict[str, Any]], figures: Figures
+    run: Run, component: str, records: List[Dict[str, Any]], prefix: str, figures: Figures
 ) -> List[Block]:
     counts = confusion_counts(records)
     n = sum(counts.values())
@@ -82,7 +91,8 @@ def _confusion(
     ]
     top = most_confused(counts)
     labels = sorted(
-        {label for pair in counts for label in pair} | set(run.scores.get("cats_f_per_type") or {}),
+        {label for pair in counts for label in pair}
+        | set(run.scores.get(f"{prefix}_f_per_type") or {}),
         key=str.lower,
     )
     if top:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from spacy_bert_pipes.multitask.compare import CompareError, side_by_side
+from spacy_bert_pipes.multitask.compare import CompareError, compare, side_by_side
 
 APART = {
     "textcat": {"cats_accuracy": 0.8471},
@@ -61,3 +61,13 @@ def test_a_missing_file_or_score_is_named(tmp_path: Path) -> None:
     write(tmp_path, ONE_PASS)
     with pytest.raises(CompareError, match="ner.json: not a metrics JSON"):
         side_by_side(tmp_path)
+
+
+def test_without_the_heads_apart_the_table_says_where_they_come_from(tmp_path: Path) -> None:
+    write(tmp_path, {**ONE_PASS, "ner": APART["ner"]})
+    rows = compare(tmp_path)
+    assert [r.apart for r in rows] == [None, None, pytest.approx(79.73), None, None]
+    table = side_by_side(tmp_path).splitlines()
+    assert "| Banking77 accuracy | - | 73.47 | - |" in table
+    assert "| CoNLL-2003 F1 | 79.73 | 80.38 | +0.65 |" in table
+    assert table[-1].startswith(f"Heads apart: not scored in `{tmp_path}`; `spacy project run one")
