@@ -5,9 +5,9 @@
 #
 # At the workflow's budget (project.yml's *_steps), in parallel on GPU 0: trains the
 # four heads apart (the workflow's commands) and configs/multitask.cfg with the same
-# examples per task (21,728 = Banking77 6,400 + NLU++ 6,400 + CoNLL-2003 ~7,000
-# sentences + Restaurant-8k 1,920, in 679 steps of 32); evaluates every head on its
-# own test set; assembles the heads apart as the workflow does; then counts encoder
+# number of examples (21,728 in 679 steps of 32), drawn as project.yml's multitask_*
+# shares have it (Banking77 7,200, NLU++ 4,600, CoNLL-2003 8,400, Restaurant-8k
+# 1,528); evaluates every head on its own test set; assembles the heads apart as the workflow does; then counts encoder
 # passes and times both pipelines over the collection's Banking77 queries
 # (bench/one_pass.py --gpu-id 0), and scores the one-pass doc vectors with MTEB's
 # Banking77 protocol (bench/mteb_banking77.py, on the CPU) next to the checkpoint's.
@@ -37,6 +37,9 @@ ANCHORS=${ANCHORS:-0.5}
 APART=${APART:-1}
 DISTILL=${DISTILL:-0}
 BRANCHES=${BRANCHES:-none}
+SEED=${SEED:-0}
+MTEB=${MTEB:-1}
+TIMING=${TIMING:-1}
 mkdir -p "$WORK" "$OUT"
 
 steps() { echo $(( ($1 + DIV - 1) / DIV )); }
@@ -45,7 +48,7 @@ train() {  # NAME CONFIG STEPS WARMUP [overrides...]
     shift 4
     $PY -m spacy train "$config" --output "$WORK/$name" --gpu-id "$GPU" --training.max_steps "$n" \
         --training.eval_frequency "$n" --training.optimizer.learn_rate.warmup_steps "$warmup" \
-        "$@" >"$OUT/train_$name.log" 2>&1
+        --system.seed "$SEED" "$@" >"$OUT/train_$name.log" 2>&1
     echo "trained $name: exit $? at $(date +%T)"
 }
 evaluate() {  # NAME MODEL TEST
@@ -57,13 +60,28 @@ evaluate() {  # NAME MODEL TEST
 C=$CORPUS
 echo "start $(date +%T)"
 EPOCH=$(( 21728 / DIV ))
-WEIGHTS="{\"banking77\": 6400, \"nluplusplus\": 6400, \"conll2003\": 7000, \"restaurant8k\": 1920}"
 own_layers() {  # SETTING ("none" or "intents=2,slots=1"): the overrides it makes
     [ "$1" = none ] && return
     local pair
     for pair in ${1//,/ }; do
-        echo "--components.${pair%%=*}.model.encoder.own_layers ${pair#*=}"
+        case $pair in
+            @*) ;;  # a corpus weight: weights() reads it
+            *\**) echo "--components.${pair%%\**}.model.encoder.grad_factor ${pair#*\*}" ;;
+            *) echo "--components.${pair%%=*}.model.encoder.own_layers ${pair#*=}" ;;
+        esac
     done
+}
+weights() {  # SETTING: the corpora's sampling weights, as JSON
+    local b=7200 n=4600 c=8400 r=1528 pair
+    for pair in ${1//,/ }; do
+        case $pair in
+            @banking77=*) b=${pair#*=} ;;
+            @nluplusplus=*) n=${pair#*=} ;;
+            @conll2003=*) c=${pair#*=} ;;
+            @restaurant8k=*) r=${pair#*=} ;;
+        esac
+    done
+    echo "{\"banking77\": $b, \"nluplusplus\": $n, \"conll2003\": $c, \"restaurant8k\": $r}"
 }
 multitask() {  # NAME ANCHOR TRAIN_DIR [BRANCH SETTING]: the one-pass pipeline on TRAIN_DIR
     local t=$3
@@ -76,7 +94,7 @@ multitask() {  # NAME ANCHOR TRAIN_DIR [BRANCH SETTING]: the one-pass pipeline o
         --paths.restaurant8k_train $t/restaurant8k/train.spacy \
         --paths.restaurant8k_dev $C/restaurant8k/dev.spacy \
         --components.bert_encoder.vector_anchor "$2" --corpora.train.epoch_size $EPOCH \
-        --corpora.train.weights "$WEIGHTS"
+        --corpora.train.weights "$(weights "${4:-none}")"
 }
 distilled() {  # the teachers' corpora, then the one-pass pipeline trained on them
     local d=$WORK/distilled
@@ -121,6 +139,8 @@ set -- $ANCHORS
 for b in $BRANCHES; do
     [ "$b" = none ] && continue
     tag=${b//=/-}
+    tag=${tag//\*/x}
+    tag=${tag//@/}
     tag=${tag//,/_}
     multitask "multitask_$1_$tag" "$1" "$C" "$b" &
     RUNS="$RUNS multitask_$1_$tag"
@@ -130,7 +150,7 @@ if [ "$DISTILL" = 1 ]; then RUNS="$RUNS multitask_distilled"; fi
 
 for r in $RUNS; do
     M=$WORK/$r/model-last
-    $PY bench/mteb_banking77.py --pipeline "$M" --precision fp32 --threads "$THREADS" \
+    [ "$MTEB" = 1 ] && $PY bench/mteb_banking77.py --pipeline "$M" --precision fp32 --threads "$THREADS" \
         --data "$DATA" --output "$OUT/mteb_$r.json" >"$OUT/mteb_$r.log" 2>&1 &
     evaluate ${r}_banking77 "$M" $C/banking77/test.spacy &
     evaluate ${r}_nluplusplus "$M" $C/nluplusplus/test.spacy &
@@ -138,7 +158,7 @@ for r in $RUNS; do
     evaluate ${r}_restaurant8k "$M" $C/restaurant8k/test.spacy &
 done
 if [ "$APART" = 1 ]; then
-    $PY bench/mteb_banking77.py --precision fp32 --threads "$THREADS" --data "$DATA" \
+    [ "$MTEB" = 1 ] && $PY bench/mteb_banking77.py --precision fp32 --threads "$THREADS" --data "$DATA" \
         --output "$OUT/mteb_checkpoint.json" >"$OUT/mteb_checkpoint.log" 2>&1 &
     evaluate textcat "$WORK/textcat/model-last" $C/banking77/test.spacy &
     evaluate multilabel "$WORK/multilabel/model-last" $C/nluplusplus/test.spacy &
@@ -151,7 +171,7 @@ if [ "$APART" = 1 ]; then
 fi
 wait
 
-if [ "$APART" = 1 ]; then
+if [ "$APART" = 1 ] && [ "$TIMING" = 1 ] && [ -n "$RUNS" ]; then
     set -- $RUNS
     $PY bench/one_pass.py "$WORK/${TIME_RUN:-$1}/model-last" "$WORK/assembled" \
         --texts $C/collection.jsonl --limit 1000 --batch-size 64 --rounds 3 --gpu-id "$GPU" \

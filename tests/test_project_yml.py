@@ -19,17 +19,17 @@ def command(config: Dict[str, Any], name: str) -> Dict[str, Any]:
 
 def test_similar_runs_between_annotate_and_report() -> None:
     config = project()
-    for workflow, suffix, stem in (
-        ("all", "", "collection"),
-        ("all-gpu", "-full", "collection_full"),
+    for workflow, suffix, stem, builds in (
+        ("all", "", "collection", "train-multitask"),
+        ("all-gpu", "-full", "collection_full", "assemble-full"),
     ):
         steps = config["workflows"][workflow]
-        order = [
-            steps.index(f"{name}{suffix}") for name in ("assemble", "annotate", "similar", "report")
-        ]
+        order = [steps.index(builds)]
+        order += [steps.index(f"{name}{suffix}") for name in ("annotate", "similar", "report")]
         assert order == sorted(order), workflow
         # the pipeline gives doc vectors, and annotate writes them
-        assert "--vectors ${vars.encoder}" in command(config, f"assemble{suffix}")["script"][0]
+        if suffix:
+            assert "--vectors ${vars.encoder}" in command(config, f"assemble{suffix}")["script"][0]
         assert " --vectors " in command(config, f"annotate{suffix}")["script"][0]
         similar = command(config, f"similar{suffix}")
         script = similar["script"][0]
@@ -58,3 +58,36 @@ def test_every_step_of_the_workflows_is_a_command() -> None:
     names = {c["name"] for c in config["commands"]}
     for workflow, steps in config["workflows"].items():
         assert set(steps) <= names, workflow
+
+
+def test_all_annotates_with_the_one_pass_pipeline() -> None:
+    config = project()
+    workflows = config["workflows"]
+    apart = [
+        f"{verb}-{head}"
+        for head in ("textcat", "multilabel", "ner", "qa-slots")
+        for verb in ("train", "evaluate")
+    ] + ["assemble"]
+    assert not set(apart) & set(workflows["all"])
+    assert set(apart) <= set(workflows["apart"])
+    # one-pass: everything of `all` and of `apart`, then the comparison, then the report
+    assert set(workflows["all"]) | set(workflows["apart"]) <= set(workflows["one-pass"])
+    assert workflows["one-pass"][-2:] == ["compare-one-pass", "report"]
+    annotate = command(config, "annotate")
+    assert "annotate training/multitask/model-last " in annotate["script"][0]
+    assert annotate["deps"][0] == "training/multitask/model-last"
+    # the shared pass answers fixed slot questions only: no per-row questions
+    assert "--questions-column" not in annotate["script"][0]
+    report = command(config, "report")
+    assert report["no_skip"] is True  # it shows the heads apart once `one-pass` scored them
+    assert "--one-pass metrics" in report["script"][0]
+    evaluate = command(config, "evaluate-multitask")
+    for source in ("banking77", "nluplusplus", "conll2003", "restaurant8k"):
+        predictions = f"metrics/multitask_{source}_predictions.jsonl"
+        assert predictions in evaluate["outputs"] and predictions in report["deps"]
+        assert f"--predictions {predictions}" in report["script"][0]
+    shares = [
+        config["vars"][f"multitask_{s}"]
+        for s in ("banking77", "nluplusplus", "conll2003", "restaurant8k")
+    ]
+    assert sum(shares) == config["vars"]["multitask_epoch_size"] == 679 * 32
