@@ -5,8 +5,9 @@
 #       WEIGHTS_XZ=.gpu/model_fp16.safetensors.xz bash bench/one_pass_seeds_gpu.sh
 #
 # Stages .gpu/ (../shared/tools/gpu-bundle), puts the encoder's real weights over the
-# bundle's random ones (WEIGHTS_XZ: the checkpoint's model.safetensors in fp16, xz
-# compressed, to fit a transfer; the fp16 rounding is far below what training moves),
+# bundle's random ones (WEIGHTS_XZ: bench/carry_weights.py's fp16 checkpoint, the word
+# embedding rows no carried text uses set to zero, xz compressed to fit a transfer;
+# the fp16 rounding is far below what training moves),
 # then runs bench/one_pass_gpu.sh once per seed in parallel, every run with one CPU
 # thread (the machine's cores are shared), the heads apart only for the seeds in
 # APART_SEEDS. Each seed's logs and JSON go to $OUT/seed<N>, packed as
