@@ -60,6 +60,14 @@ class Row(NamedTuple):
     apart: Optional[float]  # None: the head apart was not scored in the folder
     one_pass: float
 
+    def cells(self) -> List[str]:
+        """The task, both scores and their difference, as a table shows them
+        ("-" where the head apart was not scored)."""
+        if self.apart is None:
+            return [self.task, "-", f"{self.one_pass:.2f}", "-"]
+        diff = self.one_pass - self.apart
+        return [self.task, f"{self.apart:.2f}", f"{self.one_pass:.2f}", f"{diff:+.2f}"]
+
 
 # Where the heads-apart scores come from, for a reader of a folder without them.
 APART_SOURCE = (
@@ -89,12 +97,7 @@ def side_by_side(metrics_dir: Path, speed: Optional[Path] = None) -> str:
         "|---|---|---|---|",
     ]
     rows = compare(metrics_dir)
-    for row in rows:
-        if row.apart is None:
-            lines.append(f"| {row.task} | - | {row.one_pass:.2f} | - |")
-        else:
-            diff = row.one_pass - row.apart
-            lines.append(f"| {row.task} | {row.apart:.2f} | {row.one_pass:.2f} | {diff:+.2f} |")
+    lines += ["| " + " | ".join(row.cells()) + " |" for row in rows]
     if speed is not None:
         data = _read(speed)
         try:

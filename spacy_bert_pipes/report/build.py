@@ -130,15 +130,7 @@ def _one_pass_section(metrics_dir: Path) -> List[Block]:
         rows = compare(metrics_dir)
     except CompareError as err:
         raise ReportError(f"--one-pass: {err}") from err
-    table = [
-        [
-            row.task,
-            "-" if row.apart is None else f"{row.apart:.2f}",
-            f"{row.one_pass:.2f}",
-            "-" if row.apart is None else f"{row.one_pass - row.apart:+.2f}",
-        ]
-        for row in rows
-    ]
+    table = [row.cells() for row in rows]
     files = ", ".join(f"`{stem}.json`" for stem in dict.fromkeys(t.one_pass for t in TASKS))
     blocks: List[Block] = [
         Heading(2, "One encoder pass and the heads trained apart"),
