@@ -48,6 +48,7 @@ def write_tiny_bert(
     seed: int = 0,
     num_hidden_layers: int = 2,
     max_position_embeddings: int = 128,
+    intermediate_size: int = 64,
 ) -> Path:
     """A random BERT (2 layers unless asked, width 32) with a small WordPiece vocabulary."""
     import torch
@@ -66,7 +67,7 @@ def write_tiny_bert(
         hidden_size=32,
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=2,
-        intermediate_size=64,
+        intermediate_size=intermediate_size,
         max_position_embeddings=max_position_embeddings,
     )
     torch.manual_seed(seed)

@@ -3,7 +3,8 @@
 Both engines read the input the same way (`checked_chunks`: the same chunk
 boundaries, whatever chunks a run resumes, and the same checks that need the
 rows before: duplicate ids, the length limit) and annotate a chunk the same
-way (`annotate_chunk`), so their rows and error rows are the same.
+way (`annotate_chunk`, on `runtime.threads.ANNOTATE_THREADS` intra-op threads),
+so their rows and error rows are the same bytes.
 """
 
 import itertools
@@ -18,6 +19,7 @@ from ..io.output import VECTOR_COLUMN, VectorColumn, doc_to_row, error_row
 from ..io.readers import read_input
 from ..io.rows import InputRow
 from ..memory import trim
+from ..runtime.threads import fixed_threads
 from .types import AnnotateOptions
 from .vectors import VectorError, doc_vector
 
@@ -92,8 +94,9 @@ def annotate_chunk(
     """
     good = [row for row in rows if row.error is None]
     inputs = [(row.text, _context(row, options.questions)) for row in good]
-    # Strings interned for this chunk are freed with it: memory stays flat.
-    with nlp.memory_zone():
+    # Strings interned for this chunk are freed with it: memory stays flat. The
+    # float sums happen in one order in every engine (see `runtime.threads`).
+    with nlp.memory_zone(), fixed_threads():
         results = _pipe(nlp, inputs, options.batch_size, options.n_process)
         outputs: List[Dict[str, Any]] = []
         errors: List[Dict[str, Any]] = []

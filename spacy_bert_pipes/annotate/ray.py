@@ -100,8 +100,8 @@ def run_annotation_ray(
     address (Optional[str]): The Ray cluster to connect to ("auto",
         "ray://head:10001"...), or None.
     workers (int): Actors in the pool, each with a copy of the pipeline.
-    cpus_per_worker (float): CPUs each actor reserves (Ray sets its
-        OMP_NUM_THREADS, so torch's threads, to that number).
+    cpus_per_worker (float): CPUs each actor reserves; it annotates on
+        `ANNOTATE_THREADS` intra-op threads, as every engine does.
     gpus_per_worker (float): GPUs each actor reserves; above 0, the pipeline
         runs on the GPU Ray gives the actor (a fraction shares a GPU).
     progress (bool): Show a progress bar (stderr) over the rows.

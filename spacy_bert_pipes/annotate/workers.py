@@ -21,7 +21,8 @@ from spacy.language import Language
 
 from ..io.output import VectorColumn, error_row
 from ..io.rows import InputRow
-from ..runtime.pool import WorkerLost, WorkerPool, WorkerSetupError, available_cores
+from ..runtime.pool import WorkerLost, WorkerPool, WorkerSetupError
+from ..runtime.threads import ANNOTATE_THREADS
 from .chunks import annotate_chunk, checked_chunks
 from .lock import output_lock
 from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_parts
@@ -77,8 +78,9 @@ def run_annotation_workers(
 
     This process loads the pipeline once on the CPU first, to check it
     against the settings (and find the width of its vectors); then each
-    worker loads it, onto the GPU `run.options.gpu_id` if that is >= 0, with
-    the CPU's cores split between the workers (intra-op threads).
+    worker loads it, onto the GPU `run.options.gpu_id` if that is >= 0, and
+    computes on `ANNOTATE_THREADS` intra-op threads, as every engine does
+    (see `runtime.threads`): the machine's cores go to more workers.
 
     run (AnnotateRun): The prepared run (see `prepare_run`).
     pipeline (str): A folder saved with `nlp.to_disk`, or a package name.
@@ -98,9 +100,8 @@ def run_annotation_workers(
         run = with_vectors(run, nlp)
         del nlp
         setup = functools.partial(_setup, pipeline, options, run.vectors, on_worker_chunk)
-        threads = max(1, available_cores() // options.workers)
         try:
-            with WorkerPool(options.workers, setup, _annotate, threads=threads) as pool:
+            with WorkerPool(options.workers, setup, _annotate, threads=ANNOTATE_THREADS) as pool:
                 return _run(run, pool, progress=progress, on_chunk=on_chunk)
         except WorkerSetupError as err:
             raise AnnotateError(

@@ -87,8 +87,9 @@ def annotate_cli(
         "auto",
         "--workers",
         help="Worker processes that each load the pipeline (onto the GPU with --gpu-id) "
-        "and annotate whole chunks; auto: one per 2 cores (at most 8 with a GPU); 1: "
-        "this process. OUTPUT is the same for any number",
+        "and annotate whole chunks on one thread each; auto: one per core on the CPU, one "
+        "per 2 cores with a GPU (at most 8); 1: this process. OUTPUT is the same bytes "
+        "for any number",
     ),
     max_length: int = typer.Option(
         DEFAULT_MAX_LENGTH,
@@ -147,7 +148,10 @@ def annotate_cli(
         2, "--ray-workers", min=1, help="Ray actors, each with its own copy of the pipeline"
     ),
     cpus_per_worker: float = typer.Option(
-        1.0, "--cpus-per-worker", min=0.01, help="CPUs per Ray actor (and its torch threads)"
+        1.0,
+        "--cpus-per-worker",
+        min=0.01,
+        help="CPUs each Ray actor reserves (its pipeline computes on one thread)",
     ),
     gpu_per_worker: float = typer.Option(
         0.0,

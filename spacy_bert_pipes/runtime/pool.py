@@ -19,6 +19,7 @@ raises `WorkerSetupError` before any task runs. Nothing waits on a dead process.
 import multiprocessing
 import os
 import signal
+import sys
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -103,6 +104,11 @@ def _serve(
     if threads is not None:
         for name in THREAD_VARIABLES:
             os.environ[name] = str(threads)
+        # spawn imported the target's package, which may have imported torch
+        # (and fixed its threads) before the variables were set
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(threads)
     try:
         state = setup()
     except BaseException:  # sent to the parent, which raises WorkerSetupError

@@ -102,8 +102,9 @@ def test_how_a_process_ended_in_words() -> None:
 
 
 def test_auto_workers() -> None:
-    assert auto_workers(-1, cores=2) == 1
-    assert auto_workers(-1, cores=16) == 8
+    assert auto_workers(-1, cores=1) == 1
+    assert auto_workers(-1, cores=2) == 2  # one single-threaded worker per core
+    assert auto_workers(-1, cores=16) == 16
     assert auto_workers(0, cores=16) == 8
     assert auto_workers(0, cores=64) == 8
     assert auto_workers(0, cores=1) == 1
