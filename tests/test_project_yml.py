@@ -19,27 +19,55 @@ def command(config: Dict[str, Any], name: str) -> Dict[str, Any]:
 
 def test_similar_runs_between_annotate_and_report() -> None:
     config = project()
-    for workflow, suffix, stem, builds in (
-        ("all", "", "collection", "train-multitask"),
-        ("all-gpu", "-full", "collection_full", "assemble-full"),
+    # workflow, command suffix, annotations stem, the step that builds the pipeline,
+    # the pipeline, the collection it annotates
+    for workflow, suffix, stem, builds, pipeline, texts in (
+        (
+            "all",
+            "",
+            "collection",
+            "train-multitask",
+            "training/multitask/model-last",
+            "corpus/collection.jsonl",
+        ),
+        (
+            "all-gpu",
+            "-multitask-full",
+            "collection_multitask_full",
+            "train-multitask-full",
+            "training/multitask-full/model-last",
+            "corpus/collection_full.jsonl",
+        ),
+        (
+            "apart-gpu",
+            "-full",
+            "collection_full",
+            "assemble-full",
+            "training/assembled-full",
+            "corpus/collection_full.jsonl",
+        ),
     ):
         steps = config["workflows"][workflow]
         order = [steps.index(builds)]
         order += [steps.index(f"{name}{suffix}") for name in ("annotate", "similar", "report")]
         assert order == sorted(order), workflow
         # the pipeline gives doc vectors, and annotate writes them
-        if suffix:
-            assert "--vectors ${vars.encoder}" in command(config, f"assemble{suffix}")["script"][0]
-        assert " --vectors " in command(config, f"annotate{suffix}")["script"][0]
+        if builds.startswith("assemble"):
+            assert "--vectors ${vars.encoder}" in command(config, builds)["script"][0]
+        annotate = command(config, f"annotate{suffix}")
+        assert f"annotate {pipeline} {texts} annotations/{stem}.jsonl " in annotate["script"][0]
+        assert " --vectors " in annotate["script"][0]
+        assert annotate["deps"][:2] == [pipeline, texts]
+        assert f"annotations/{stem}.jsonl" in annotate["outputs"]
+        assert f"annotations/{stem}.jsonl.errors.jsonl" in annotate["outputs"]
         similar = command(config, f"similar{suffix}")
         script = similar["script"][0]
         assert f"similar-collection annotations/{stem}.jsonl" in script
         for var in ("similar_threshold", "similar_k", "intent_labels"):
             assert "${vars." + var + "}" in script and var in config["vars"]
         assert f"annotations/{stem}.jsonl" in similar["deps"]
-        assert (
-            f"corpus/{stem}.jsonl" in similar["deps"] and "${vars.intent_labels}" in similar["deps"]
-        )
+        assert f"--texts {texts} " in script
+        assert texts in similar["deps"] and "${vars.intent_labels}" in similar["deps"]
         outputs = [
             f"annotations/{stem}_duplicates.jsonl",
             f"annotations/{stem}_neighbours.jsonl",
@@ -48,9 +76,29 @@ def test_similar_runs_between_annotate_and_report() -> None:
         assert set(outputs) <= set(similar["outputs"])
         report = command(config, f"report{suffix}")
         assert {outputs[0], outputs[2]} <= set(report["deps"])
+        assert f"--annotations annotations/{stem}.jsonl" in report["script"][0]
         assert "--intents ${vars.intent_labels}" in report["script"][0]
     assert "reports/annotated_collection_map.png" in command(config, "report")["outputs"]
     assert config["vars"]["similar_threshold"] == 0.95 and config["vars"]["similar_k"] == 5
+
+
+def test_reports_of_the_workflows_do_not_overwrite_each_other() -> None:
+    config = project()
+    folders = {}
+    for name in ("report", "report-multitask-full", "report-full"):
+        script = command(config, name)["script"][0]
+        folder = script.split("--output-dir ")[1].split()[0]
+        assert all(out.startswith(f"{folder}/") for out in command(config, name)["outputs"])
+        folders[name] = folder
+    assert folders == {
+        "report": "reports",
+        "report-multitask-full": "reports-full",
+        "report-full": "reports-apart-full",
+    }
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf8").splitlines()
+    assert {"reports/", "reports-full/", "reports-apart-full/"} <= set(ignored)
+    assert "workflow all-gpu" in command(config, "report-multitask-full")["script"][0]
+    assert "workflow apart-gpu" in command(config, "report-full")["script"][0]
 
 
 def test_every_step_of_the_workflows_is_a_command() -> None:
@@ -91,3 +139,140 @@ def test_all_annotates_with_the_one_pass_pipeline() -> None:
         for s in ("banking77", "nluplusplus", "conll2003", "restaurant8k")
     ]
     assert sum(shares) == config["vars"]["multitask_epoch_size"] == 679 * 32
+
+
+def test_all_gpu_trains_the_one_pass_pipeline_on_full_data() -> None:
+    config = project()
+    steps = config["workflows"]["all-gpu"]
+    assert steps == [
+        "assets",
+        "convert-textcat",
+        "convert-multilabel",
+        "convert-ner",
+        "convert-qa",
+        "train-multitask-full",
+        "evaluate-multitask-full",
+        "collection-full",
+        "annotate-multitask-full",
+        "similar-multitask-full",
+        "report-multitask-full",
+    ]
+    # the heads trained apart are apart-gpu's, not all-gpu's
+    assert not any(s.startswith(("assemble", "train-textcat", "train-ner")) for s in steps)
+    train = command(config, "train-multitask-full")
+    script = train["script"][0]
+    assert "spacy train configs/multitask.cfg --output training/multitask-full " in script
+    assert "--gpu-id ${vars.gpu_id_full}" in script and "${vars.gpu_id}" not in script
+    assert "--corpora.dev.limit" not in script  # the whole dev sets
+    for var in (
+        "steps",
+        "warmup",
+        "epoch_size",
+        "eval_frequency",
+        "banking77",
+        "nluplusplus",
+        "conll2003",
+        "restaurant8k",
+    ):
+        assert "${vars.multitask_full_" + var + "}" in script
+    # the deps of train-multitask (the config, the four corpora's train and dev sets)
+    assert train["deps"] == command(config, "train-multitask")["deps"]
+    assert train["outputs"] == [
+        "training/multitask-full/model-last",
+        "metrics/multitask_full_train_time.json",
+    ]
+    vars_ = config["vars"]
+    sources = ("banking77", "nluplusplus", "conll2003", "restaurant8k")
+    shares = [vars_[f"multitask_full_{s}"] for s in sources]
+    steps_ = vars_["multitask_full_steps"]
+    assert sum(shares) == vars_["multitask_full_epoch_size"] == steps_ * 32 == 128000
+    # the shares of `all`, scaled (to within a few docs of rounding)
+    scale = vars_["multitask_full_epoch_size"] / vars_["multitask_epoch_size"]
+    for source, share in zip(sources, shares):
+        assert abs(share - vars_[f"multitask_{source}"] * scale) < 5, source
+    evaluate = command(config, "evaluate-multitask-full")
+    tests = {
+        "banking77": "corpus/banking77/test.spacy",
+        "nluplusplus": "corpus/nluplusplus/test.spacy",
+        "conll2003": "corpus/conll2003/test.spacy",
+        # all 3,731 requests, as evaluate-qa-slots-full
+        "restaurant8k": "corpus/restaurant8k/test_all.spacy",
+    }
+    assert "corpus/restaurant8k/test_all.spacy" in command(config, "evaluate-qa-slots-full")["deps"]
+    assert evaluate["deps"] == ["training/multitask-full/model-last", *tests.values()]
+    report = command(config, "report-multitask-full")
+    for (source, test), line in zip(tests.items(), evaluate["script"]):
+        assert line.startswith(
+            f"python -m spacy_bert_pipes evaluate training/multitask-full/model-last {test} "
+        )
+        assert "--gpu-id ${vars.gpu_id_full}" in line
+        for output in (
+            f"metrics/multitask_full_{source}.json",
+            f"metrics/multitask_full_{source}_predictions.jsonl",
+        ):
+            assert output in line and output in evaluate["outputs"]
+            assert output in report["deps"] and output in report["script"][0]
+    annotate = command(config, "annotate-multitask-full")
+    script = annotate["script"][0]
+    assert "annotate training/multitask-full/model-last corpus/collection_full.jsonl " in script
+    assert "--gpu-id ${vars.gpu_id_full}" in script
+    # the shared pass answers fixed slot questions only: no per-row questions
+    assert "--questions-column" not in script
+    assert "metrics/collection_multitask_full_time.json" in annotate["outputs"]
+    for timing in (
+        "metrics/multitask_full_train_time.json",
+        "metrics/collection_multitask_full_time.json",
+        "metrics/collection_multitask_full_similar_time.json",
+    ):
+        assert timing in report["deps"] and timing in report["script"][0]
+    # --one-pass reads the CPU run's file names (multitask_<corpus>.json): not for full runs
+    assert "--one-pass" not in report["script"][0]
+
+
+def test_apart_gpu_keeps_the_heads_apart() -> None:
+    config = project()
+    steps = config["workflows"]["apart-gpu"]
+    heads = [
+        f"{verb}-{head}-full"
+        for head in ("textcat", "multilabel", "ner", "qa-slots")
+        for verb in ("train", "evaluate")
+    ]
+    squad = ["train-qa-squad", "evaluate-qa-squad", "evaluate-qa-covid"]
+    assert set(heads + squad) <= set(steps)
+    assert steps[-5:] == [
+        "assemble-full",
+        "collection-full",
+        "annotate-full",
+        "similar-full",
+        "report-full",
+    ]
+    assert not any("multitask" in step for step in steps)
+    assemble = command(config, "assemble-full")["script"][0]
+    for model in (
+        "training/textcat-full/model-last",
+        "training/multilabel-full/model-last",
+        "training/ner-full/model-best",
+        "training/qa_squad/model-last",
+    ):
+        assert model in assemble
+    for head in heads:
+        assert "${vars.gpu_id_full}" in command(config, head)["script"][0], head
+    # the assembled pipeline's SQuAD reader asks the paragraphs' own questions
+    assert "--questions-column questions" in command(config, "annotate-full")["script"][0]
+
+
+def test_every_script_path_of_a_command_is_a_dep_or_an_output() -> None:
+    """A file a command reads is a dep (or an earlier output) and each file it writes
+    is an output, for the full-size commands whose scripts are one line."""
+    config = project()
+    names = ["train-multitask-full", "evaluate-multitask-full", "annotate-multitask-full"]
+    names += ["similar-multitask-full", "report-multitask-full"]
+    for name in names:
+        cmd = command(config, name)
+        declared = set(cmd["deps"]) | set(cmd["outputs"])
+        for line in cmd["script"]:
+            for word in line.replace("'", " ").split():
+                if word.startswith(("corpus/", "metrics/", "annotations/", "training/")):
+                    assert word in declared or any(
+                        d.startswith(word + "/") or word.startswith(d + "/") for d in declared
+                    ), (name, word)

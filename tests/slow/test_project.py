@@ -96,7 +96,7 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
         "bert_vectors",
     ]
     assert not (project / "training" / "textcat").exists()  # no head trained apart
-    covid = DocBin().from_disk(project / "corpus" / "covidqa" / "test.spacy")  # for all-gpu
+    covid = DocBin().from_disk(project / "corpus" / "covidqa" / "test.spacy")  # for apart-gpu
     assert len(covid) == 98
     # the collection: every row annotated once, in input order, with all the heads' output
     inputs = [json.loads(line) for line in (project / "corpus" / "collection.jsonl").open()]
