@@ -191,6 +191,10 @@ def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None
     labels = list(pipe.labels)
     descriptions = pipe.descriptions()
     own = [eg for eg in examples if pipe.annotates(eg)]
+    if not own and not descriptions:
+        # zero-shot from the labels alone (add_label, or [initialize] labels): the
+        # names are all there is to describe them by
+        descriptions = {label: [name_description(label)] for label in labels}
     truths, known = pipe.truths(own)
     positive = truths * known  # (n_docs, n_labels)
     vectors = sentence_vectors(pipe, [eg.reference for eg in own])

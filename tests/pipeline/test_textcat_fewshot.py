@@ -65,6 +65,41 @@ def test_label_names_as_descriptions(tiny_bert: Path) -> None:
     assert top(nlp, "pin") == "pin"
 
 
+def test_labels_added_before_initialize_are_described_by_their_names(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    textcat = nlp.get_pipe("bert_textcat")
+    assert textcat.add_label("money_transfer") == 1
+    assert textcat.add_label("pin") == 1
+    nlp.initialize()  # no descriptions, no examples: the names are all there is
+    assert textcat.labels == ("money_transfer", "pin")
+    assert top(nlp, "money transfer") == "money_transfer"
+    assert top(nlp, "pin") == "pin"
+
+
+def test_labels_added_before_initialize_come_before_the_examples_labels(
+    tiny_bert: Path,
+) -> None:
+    nlp = make_nlp(tiny_bert, label_names_as_descriptions=True)
+    nlp.get_pipe("bert_textcat").add_label("pin")
+    nlp.initialize(lambda: textcat_examples(nlp))
+    assert nlp.get_pipe("bert_textcat").labels == ("pin", *LABELS)
+    assert top(nlp, "pin") == "pin"
+
+
+def test_an_added_label_beside_examples_needs_a_description(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    nlp.get_pipe("bert_textcat").add_label("pin")
+    with pytest.raises(ValueError, match=r"'pin'.*label_names_as_descriptions"):
+        nlp.initialize(lambda: textcat_examples(nlp))
+
+
+def test_no_labels_at_all_says_where_zero_shot_labels_come_from(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    with pytest.raises(ValueError, match="No labels for 'bert_textcat'") as error:
+        nlp.initialize()
+    assert "add_label" in str(error.value) and "label_descriptions" in str(error.value)
+
+
 def test_descriptions_from_a_json_file(tiny_bert: Path, tmp_path: Path) -> None:
     path = tmp_path / "labels.json"
     path.write_text(json.dumps(DESCRIPTIONS), encoding="utf8")

@@ -100,3 +100,21 @@ def test_imported_head_trains_further_and_round_trips(tmp_path: Path) -> None:
     for eg in examples:
         a, b = nlp(eg.reference.text).cats, loaded(eg.reference.text).cats
         assert all(a[k] == pytest.approx(b[k], abs=1e-6) for k in a)
+
+
+def test_labels_added_before_an_import_must_be_the_checkpoints(tmp_path: Path) -> None:
+    checkpoint = write_tiny_bert(tmp_path / "clf", num_labels=3)
+
+    def added(label: str) -> Language:
+        nlp = spacy.blank("en")
+        nlp.add_pipe("bert_textcat", config={"model": {"pooler_activation": "tanh"}})
+        loader = {"@misc": "spacy-bert-pipes.HFCheckpoint.v1", "source": str(checkpoint)}
+        nlp.config["initialize"]["components"]["bert_textcat"] = {"encoder_loader": loader}
+        nlp.get_pipe("bert_textcat").add_label(label)
+        return nlp
+
+    nlp = added("LABEL_B")
+    nlp.initialize()  # in the checkpoint's order, whatever was added first
+    assert nlp.get_pipe("bert_textcat").labels == ("LABEL_A", "LABEL_B", "LABEL_C")
+    with pytest.raises(ValueError, match=r"\['card'\] added to 'bert_textcat'"):
+        added("card").initialize()
