@@ -35,7 +35,11 @@ def add_label_cli(
         for i, row in enumerate(srsly.read_jsonl(examples) if examples else []):
             if not isinstance(row, dict) or not {"text", "label"} <= set(row):
                 fail(f"{examples}:{i + 1}: expected an object with 'text' and 'label'")
-            by_label[str(row["label"])].append(str(row["text"]))
+            if not isinstance(row["label"], str) or not row["label"].strip():
+                fail(
+                    f"{examples}:{i + 1}: 'label' must be one label, a string, got {row['label']!r}"
+                )
+            by_label[row["label"]].append(str(row["text"]))
         if not described and not by_label:
             fail("Give --descriptions and/or --examples")
         nlp = spacy.load(pipeline)

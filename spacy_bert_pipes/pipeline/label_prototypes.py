@@ -3,6 +3,7 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/prototypes.py`).
 
 * `read_label_descriptions`: the `label_descriptions` setting (inline, or a JSON
   file) as label -> phrases, with an error that names the file and the label.
+* `check_label`: a label is one non-blank string (not a string of several).
 * `set_prototypes`: each label's prototype from its examples and descriptions,
   the softmax temperature (exclusive) or the per-label cosine thresholds
   (multi-label) calibrated on the examples where there are any: what
@@ -92,6 +93,18 @@ def read_label_descriptions(setting: LabelDescriptions, component: str) -> Dict[
             )
         out[str(label)] = list(phrases)
     return out
+
+
+def check_label(component: str, label: object) -> str:
+    """The label, if it is one non-blank string; else an error naming the
+    component and the value (labels given as one string, "a,b", or a list given
+    where one label goes)."""
+    if not isinstance(label, str) or not label.strip():
+        raise ValueError(
+            f"'{component}': a label must be one non-blank string, got {label!r} (add "
+            "labels one at a time, or give several as a list of strings)"
+        )
+    return label
 
 
 def name_description(label: str) -> str:
@@ -283,8 +296,21 @@ def add_described_label(
             f"'{pipe.name}' cannot add the label {label!r} by description: its model "
             "is not a spacy-bert-pipes.PrototypeCatModel.v1"
         )
+    check_label(pipe.name, label)
     if label in pipe.labels:
         raise ValueError(f"'{pipe.name}' already has the label {label!r}")
+    if isinstance(descriptions, str) or not all(
+        isinstance(p, str) and p.strip() for p in descriptions
+    ):
+        raise ValueError(
+            f"'{pipe.name}': the descriptions of label {label!r} must be a list of "
+            f"non-blank strings, got {descriptions!r}"
+        )
+    if not all(isinstance(doc, Doc) for doc in examples):
+        raise ValueError(
+            f"'{pipe.name}': the examples of label {label!r} must be a list of Docs "
+            f"(nlp.make_doc(text)), got {examples!r}"
+        )
     if not descriptions and not examples:
         raise ValueError(f"Label {label!r}: give a description or an example to add it")
     phrases = list(descriptions)

@@ -38,6 +38,7 @@ from .label_prototypes import (
     LabelDescriptions,
     adapt_to_texts,
     add_described_label,
+    check_label,
     contrastive_step,
     name_description,
     read_label_descriptions,
@@ -228,11 +229,10 @@ class BertTextCategorizer(ConfiguredPipe):
         a description or examples, unless no label has either: then the names
         describe the labels (zero-shot). After initialize, use add_described_label.
 
-        label (str): The label.
+        label (str): The label, one non-blank string.
         RETURNS (int): 1 if the label was added, 0 if it was there.
         """
-        if not isinstance(label, str):
-            raise ValueError(f"Labels must be strings, got {label!r}")
+        check_label(self.name, label)
         if label in self.labels:
             return 0
         if self.model.has_dim("nO") and self.model.get_ref("output").has_param("W"):
@@ -378,12 +378,13 @@ class BertTextCategorizer(ConfiguredPipe):
         get_examples: Callable[[], Iterable[Example]],
         *,
         nlp: Optional[Language] = None,
-        labels: Optional[Iterable[str]] = None,
+        labels: Optional[List[str]] = None,
         encoder_loader: Optional[HFCheckpointLoader] = None,
     ) -> None:
         """Load the encoder weights, gather the labels and set up the head.
 
-        labels (Optional[Iterable[str]]): The labels, in order; default: every label
+        labels (Optional[List[str]]): The labels, in order (a list: spaCy would
+            read a string from the config as its characters); default: every label
             found in the examples or label_descriptions, sorted. Labels given
             with add_label before come first, in the order added.
         encoder_loader (Optional[HFCheckpointLoader]): Where the encoder weights come
@@ -391,6 +392,12 @@ class BertTextCategorizer(ConfiguredPipe):
             fine-tuned ...ForSequenceClassification, its head and labels are imported.
         """
         validate_get_examples(get_examples, "BertTextCategorizer.initialize")
+        if isinstance(labels, str):
+            raise ValueError(
+                f"The labels of '{self.name}' must be a list of strings, got the string "
+                f"{labels!r}: in [initialize.components.{self.name}] write "
+                'labels = ["a", "b"]'
+            )
         added = list(self.cfg["labels"])  # by add_label before initialize
         labels = None if labels is None else list(labels)
         encoder = own_encoder(self.model)

@@ -80,3 +80,14 @@ def test_a_zero_shot_pipeline_runs_in_annotate(tiny_bert: Path, tmp_path: Path) 
     written = [json.loads(line) for line in out.read_text(encoding="utf8").splitlines()]
     tops = {r["id"]: max(r["cats"], key=r["cats"].__getitem__) for r in written}
     assert tops == {"a": "card", "b": "fx"}
+
+
+def test_add_label_labels_of_the_examples_must_be_strings(trained: Path, tmp_path: Path) -> None:
+    examples = tmp_path / "examples.jsonl"
+    rows = [{"text": "new pin", "label": "pin"}, {"text": "top up", "label": ["top_up", "pin"]}]
+    examples.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf8")
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["add-label", str(trained), str(out), "--examples", str(examples)])
+    assert result.exit_code == 1
+    assert f"{examples}:2" in result.output and "['top_up', 'pin']" in result.output
+    assert not out.exists()

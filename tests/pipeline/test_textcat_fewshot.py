@@ -100,6 +100,42 @@ def test_no_labels_at_all_says_where_zero_shot_labels_come_from(tiny_bert: Path)
     assert "add_label" in str(error.value) and "label_descriptions" in str(error.value)
 
 
+@pytest.mark.parametrize("labels", ["card, fx", "card"])
+def test_initialize_labels_given_as_a_string_are_an_error(tiny_bert: Path, labels: str) -> None:
+    nlp = make_nlp(tiny_bert, label_names_as_descriptions=True)
+    nlp.config["initialize"]["components"]["bert_textcat"]["labels"] = labels
+    # in the config: spaCy's validation of the initialize settings
+    with pytest.raises(ValueError, match=r"bert_textcat -> labels\s+Input should be a valid list"):
+        nlp.initialize()
+    # in Python
+    textcat = nlp.get_pipe("bert_textcat")
+    with pytest.raises(ValueError, match="'bert_textcat' must be a list") as error:
+        textcat.initialize(lambda: textcat_examples(nlp), nlp=nlp, labels=labels)
+    assert repr(labels) in str(error.value)
+
+
+@pytest.mark.parametrize("label", [["card", "fx"], "", "  "])
+def test_add_label_refuses_what_is_not_one_label(tiny_bert: Path, label: object) -> None:
+    textcat = make_nlp(tiny_bert).get_pipe("bert_textcat")
+    with pytest.raises(ValueError, match="'bert_textcat'") as error:
+        textcat.add_label(label)
+    assert repr(label) in str(error.value)
+    assert textcat.labels == ()
+
+
+def test_descriptions_and_examples_of_a_new_label_must_be_lists(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_descriptions=DESCRIPTIONS)
+    nlp.initialize()
+    textcat = nlp.get_pipe("bert_textcat")
+    with pytest.raises(ValueError, match="'bert_textcat'.*a list.*'a new pin'"):
+        textcat.add_described_label("pin", "a new pin")
+    with pytest.raises(ValueError, match="'bert_textcat'.*a list.*'new pin'"):
+        textcat.add_described_label("pin", ["a new pin"], "new pin")
+    with pytest.raises(ValueError, match="'bert_textcat'.*''"):
+        textcat.add_described_label("", ["a new pin"])
+    assert textcat.labels == tuple(LABELS)
+
+
 def test_descriptions_from_a_json_file(tiny_bert: Path, tmp_path: Path) -> None:
     path = tmp_path / "labels.json"
     path.write_text(json.dumps(DESCRIPTIONS), encoding="utf8")
