@@ -15,7 +15,12 @@ from .common import app, fail
 @app.command("add-label")
 def add_label_cli(
     pipeline: Path = typer.Argument(..., help="A trained pipeline folder", metavar="PIPELINE"),
-    output: Path = typer.Argument(..., help="Where the pipeline with the new labels goes"),
+    output: Path = typer.Argument(
+        ...,
+        help="The folder for the pipeline with the new labels: new or empty, unless --overwrite",
+        metavar="OUTPUT",
+        file_okay=False,
+    ),
     descriptions: Optional[Path] = typer.Option(
         None, "--descriptions", help="JSON file: label -> description or list of descriptions"
     ),
@@ -25,10 +30,15 @@ def add_label_cli(
     component: Optional[str] = typer.Option(
         None, "--component", help="The bert_textcat to extend (default: the only one)"
     ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
+    ),
 ) -> None:
     """Add labels to a trained bert_textcat whose model is a PrototypeCatModel."""
     import spacy
 
+    if not overwrite and output.is_dir() and any(output.iterdir()):
+        fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
     try:
         described = read_label_descriptions(str(descriptions), "add-label") if descriptions else {}
         by_label: Dict[str, List[str]] = defaultdict(list)

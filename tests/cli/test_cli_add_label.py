@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import spacy
 from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from spacy_bert_pipes.cli import app
 
@@ -80,6 +80,27 @@ def test_a_zero_shot_pipeline_runs_in_annotate(tiny_bert: Path, tmp_path: Path) 
     written = [json.loads(line) for line in out.read_text(encoding="utf8").splitlines()]
     tops = {r["id"]: max(r["cats"], key=r["cats"].__getitem__) for r in written}
     assert tops == {"a": "card", "b": "fx"}
+
+
+def test_add_label_refuses_a_non_empty_output_unless_overwrite(
+    trained: Path, tmp_path: Path
+) -> None:
+    def add(label: str, *options: str) -> Result:
+        descriptions = tmp_path / f"{label}.json"
+        descriptions.write_text(json.dumps({label: f"my {label}"}), encoding="utf8")
+        args = ["add-label", str(trained), str(out), "--descriptions", str(descriptions)]
+        return runner.invoke(app, [*args, *options])
+
+    out = tmp_path / "extended"
+    out.mkdir()  # an empty folder is fine
+    assert add("pin").exit_code == 0
+    result = add("fee")
+    assert result.exit_code == 1
+    assert str(out) in result.output and "--overwrite" in result.output
+    assert spacy.load(out).get_pipe("bert_textcat").labels == (*LABELS, "pin")
+    result = add("fee", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert spacy.load(out).get_pipe("bert_textcat").labels == (*LABELS, "fee")
 
 
 def test_add_label_labels_of_the_examples_must_be_strings(trained: Path, tmp_path: Path) -> None:
