@@ -121,7 +121,7 @@ def _run(
     handed: Deque[Tuple[int, List[InputRow], int]] = deque()
     bar = None
     if progress:
-        bar = progress_bar(run.total_rows, initial=0)
+        bar = progress_bar(run.total_rows, initial=0, workers=run.options.workers)
 
     def chunks() -> Iterator[Chunk]:
         for index, chunk in checked_chunks(run.input_path, run.options):

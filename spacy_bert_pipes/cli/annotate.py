@@ -282,7 +282,6 @@ def _run(
             progress=True,
         )
     if run.options.workers > 1:
-        typer.echo(f"Annotating in {run.options.workers} worker processes")
         return run_annotation_workers(run, pipeline, progress=True)
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
