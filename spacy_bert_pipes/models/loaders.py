@@ -54,6 +54,53 @@ class ClassifierWeights:
     W: Floats2d
     b: Floats1d
 
+    def check_fits(
+        self,
+        component: str,
+        *,
+        exclusive: bool,
+        pooling: str,
+        pooler_activation: str,
+        labels: Optional[List[str]],
+        added: List[str],
+    ) -> None:
+        """Raise a ValueError that names the setting to change when this head does
+        not fit a bert_textcat's model settings, the labels given to its
+        initialize (`labels`) or those added with add_label (`added`)."""
+        if self.exclusive != exclusive:
+            mode = "exclusive" if self.exclusive else "multi-label"
+            raise ValueError(
+                f"The imported classifier is {mode}; set exclusive_classes = "
+                f"{str(self.exclusive).lower()} in [components.{component}.model]"
+            )
+        if labels is not None and list(labels) != self.labels:
+            raise ValueError(
+                f"Labels given for '{component}' differ from the imported checkpoint's "
+                f"id2label {self.labels[:10]}"
+            )
+        foreign = [label for label in added if label not in self.labels]
+        if foreign:
+            raise ValueError(
+                f"Label(s) {foreign[:10]} added to '{component}' with add_label are not in "
+                f"the imported checkpoint's id2label {self.labels[:10]}"
+            )
+        if pooler_activation != self.pooler_activation or pooling != "cls":
+            raise ValueError(
+                f"The imported classifier uses pooler_activation = "
+                f"'{self.pooler_activation}'; set it (and pooling = 'cls') in "
+                f"[components.{component}.model]"
+            )
+
+    def set_weights(self, model: Model) -> None:
+        """Write the head into a TextCatModel's "output" (and "pooler") layers."""
+        output = model.get_ref("output")
+        output.set_param("W", model.ops.asarray2f(self.W))
+        output.set_param("b", model.ops.asarray1f(self.b))
+        if self.pooler is not None:
+            pooler = model.get_ref("pooler")
+            pooler.set_param("W", model.ops.asarray2f(self.pooler[0]))
+            pooler.set_param("b", model.ops.asarray1f(self.pooler[1]))
+
 
 @dataclass
 class TaggerWeights:

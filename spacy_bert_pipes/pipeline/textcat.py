@@ -24,7 +24,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d
 
-from ..models.loaders import ClassifierWeights, HFCheckpointLoader
+from ..models.loaders import HFCheckpointLoader
 from ..multitask import SOURCE_ATTR
 from .common import (
     ensure_encoding_extension,
@@ -406,7 +406,14 @@ class BertTextCategorizer(ConfiguredPipe):
             learn_encoder_context(encoder, get_examples())
         imported = encoder_loader.sequence_classifier() if encoder_loader is not None else None
         if imported is not None:
-            self._check_imported(imported, labels, added)
+            imported.check_fits(
+                self.name,
+                exclusive=self.exclusive,
+                pooling=self.model.attrs["pooling"],
+                pooler_activation=self.model.attrs["pooler_activation"],
+                labels=labels,
+                added=added,
+            )
             labels, added = imported.labels, []  # the checkpoint's head fixes the order
         examples = list(get_examples())
         described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
@@ -439,7 +446,7 @@ class BertTextCategorizer(ConfiguredPipe):
         self.label_weights()  # a bad class_weights setting fails now, not in update
         self.model.initialize(Y=cast(Floats2d, numpy.zeros((1, len(self.labels)), dtype="f")))
         if imported is not None:
-            self._set_imported_weights(imported)
+            imported.set_weights(self.model)
         if self.has_prototypes:
             set_prototypes(self, examples)
 
@@ -460,44 +467,6 @@ class BertTextCategorizer(ConfiguredPipe):
                 "them with spacy.read_labels.v1), so that it learns only its own"
             )
         return set().union(*by_source.values())
-
-    def _check_imported(
-        self, imported: ClassifierWeights, labels: Optional[List[str]], added: List[str]
-    ) -> None:
-        if imported.exclusive != self.exclusive:
-            mode = "exclusive" if imported.exclusive else "multi-label"
-            raise ValueError(
-                f"The imported classifier is {mode}; set exclusive_classes = "
-                f"{str(imported.exclusive).lower()} in [components.{self.name}.model]"
-            )
-        if labels is not None and list(labels) != imported.labels:
-            raise ValueError(
-                f"Labels given for '{self.name}' differ from the imported checkpoint's "
-                f"id2label {imported.labels[:10]}"
-            )
-        foreign = [label for label in added if label not in imported.labels]
-        if foreign:
-            raise ValueError(
-                f"Label(s) {foreign[:10]} added to '{self.name}' with add_label are not in "
-                f"the imported checkpoint's id2label {imported.labels[:10]}"
-            )
-        activation = self.model.attrs["pooler_activation"]
-        if activation != imported.pooler_activation or self.model.attrs["pooling"] != "cls":
-            raise ValueError(
-                f"The imported classifier uses pooler_activation = "
-                f"'{imported.pooler_activation}'; set it (and pooling = 'cls') in "
-                f"[components.{self.name}.model]"
-            )
-
-    def _set_imported_weights(self, imported: ClassifierWeights) -> None:
-        ops = self.model.ops
-        output = self.model.get_ref("output")
-        output.set_param("W", ops.asarray2f(imported.W))
-        output.set_param("b", ops.asarray1f(imported.b))
-        if imported.pooler is not None:
-            pooler = self.model.get_ref("pooler")
-            pooler.set_param("W", ops.asarray2f(imported.pooler[0]))
-            pooler.set_param("b", ops.asarray1f(imported.pooler[1]))
 
     def label_weights(self) -> Optional[Dict[str, float]]:
         """The loss weight of each label, from the class_weights setting (and, for
