@@ -34,6 +34,21 @@ def save_tiny_pipeline(path: Path, tiny_bert: Path, qa: bool = True) -> Path:
     return path
 
 
+def word_rows(n_rows: int, step: int, shortest: int, spread: int) -> List[Dict[str, Any]]:
+    """`n_rows` records {"id": "r<i>", "text": ...} of words from the tiny
+    vocabulary, row i starting at word i * step, shortest + i % spread words long."""
+    words = "john smith paris card apple london working bank the is in my".split()
+    return [
+        {
+            "id": f"r{i}",
+            "text": " ".join(
+                words[(i * step + j) % len(words)] for j in range(shortest + i % spread)
+            ),
+        }
+        for i in range(n_rows)
+    ]
+
+
 def write_input(folder: Path, fmt: str, records: List[Dict[str, Any]]) -> Path:
     """The records as a CSV, JSONL or Parquet file, or a folder of .txt files
     (named by id)."""

@@ -7,7 +7,7 @@ from typing import Iterator, List
 
 import pytest
 import torch
-from annotate_helpers import run, save_tiny_pipeline
+from annotate_helpers import run, save_tiny_pipeline, word_rows, write_input
 from helpers import write_tiny_bert
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -39,14 +39,8 @@ def wide_pipeline(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def input_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    words = "john smith paris card apple london working bank the is in my".split()
-    lines = []
-    for i in range(N_ROWS):
-        text = " ".join(words[(i * 5 + j) % len(words)] for j in range(4 + i % 23))
-        lines.append(f'{{"id": "r{i}", "text": "{text}"}}\n')
-    path = tmp_path_factory.mktemp("input") / "input.jsonl"
-    path.write_text("".join(lines), encoding="utf8")
-    return path
+    records = word_rows(N_ROWS, step=5, shortest=4, spread=23)
+    return write_input(tmp_path_factory.mktemp("input"), "jsonl", records)
 
 
 @pytest.fixture

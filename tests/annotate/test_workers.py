@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 
 import pytest
-from annotate_helpers import kill_on_chunk, run, save_tiny_pipeline
+from annotate_helpers import kill_on_chunk, run, save_tiny_pipeline, word_rows, write_input
 
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, annotate, prepare_run
 from spacy_bert_pipes.annotate.workers import lost_rows, run_annotation_workers
@@ -24,16 +24,10 @@ def pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def input_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    words = "john smith paris card apple london working bank the is in my".split()
-    lines = []
-    for i in range(N_ROWS):
-        text = " ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 17))
-        text = "" if i == 13 else text
-        lines.append(f'{{"id": "r{i}", "text": "{text}"}}\n')
-    lines.append('{"id": "r5", "text": "a duplicate id"}\n')  # an error row
-    path = tmp_path_factory.mktemp("input") / "input.jsonl"
-    path.write_text("".join(lines), encoding="utf8")
-    return path
+    records = word_rows(N_ROWS, step=7, shortest=3, spread=17)
+    records[13]["text"] = ""
+    records.append({"id": "r5", "text": "a duplicate id"})  # an error row
+    return write_input(tmp_path_factory.mktemp("input"), "jsonl", records)
 
 
 @pytest.fixture(scope="module")
