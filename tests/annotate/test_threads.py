@@ -83,14 +83,18 @@ def test_the_bytes_do_not_depend_on_workers_or_the_callers_threads(
     calling_threads: None,
     precision: str,
 ) -> None:
-    """--workers 1 (this process) with 1 and 2 threads set by the caller, and
-    --workers 2: the same bytes, at fp32 and at the pipeline's own precision."""
+    """--workers 1 (this process) with 1 and 2 threads set by the caller, the
+    second after this process annotated at another precision, and --workers 2:
+    the same bytes, at fp32 and at the pipeline's own precision."""
     import functools
 
     options = dict(chunk_size=CHUNK, batch_size=4, precision=precision)
+    other = dict(options, precision="bf16" if precision == "fp32" else "fp32")
     outputs = []
     for threads in (1, 2):
         torch.set_num_threads(threads)
+        if threads == 2:  # what ran before in this process leaves no trace
+            run(wide_pipeline, input_path, tmp_path / "other.jsonl", workers=1, **other)
         output = tmp_path / f"local_{threads}.jsonl"
         run(wide_pipeline, input_path, output, workers=1, **options)
         outputs.append(output.read_bytes())
