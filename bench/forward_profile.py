@@ -35,7 +35,7 @@ def main(
     import spacy
     from torch.profiler import ProfilerActivity, profile
 
-    from spacy_bert_pipes.models.windows import pack_batches, window_spans
+    from spacy_bert_pipes.models.text.windows import pack_batches, window_spans
 
     if gpu >= 0:
         spacy.require_gpu(gpu)

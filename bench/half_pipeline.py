@@ -20,7 +20,7 @@ import spacy
 import torch
 import typer
 
-from spacy_bert_pipes.models.hf_shim import HFShim
+from spacy_bert_pipes.models.transformer.hf_shim import HFShim
 
 app = typer.Typer(add_completion=False)
 

@@ -69,7 +69,7 @@ def stub_forward(nlp: Any, texts: List[str], stub: str) -> List[int]:
     of `nlp` over `texts` now. RETURNS: a one-item list counting replay misses."""
     import torch
 
-    from spacy_bert_pipes.models import hf_shim
+    from spacy_bert_pipes.models.transformer import hf_shim
 
     module = hf_shim.TransformerModule
     real = module.forward

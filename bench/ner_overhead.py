@@ -24,7 +24,7 @@ import typer
 from spacy.language import Language
 from spacy.training import Example
 
-from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models.encoder import bert as encoder_module
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}

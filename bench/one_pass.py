@@ -26,7 +26,7 @@ from typing import Any, Dict, List
 import spacy
 import typer
 
-from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models.encoder import bert as encoder_module
 
 
 def read_texts(path: Path, limit: int) -> List[str]:

@@ -34,7 +34,7 @@ from speed import DEFAULT_DATA, DEFAULT_LIMITS, RESULTS, encoder_folder, load_te
 def windows(
     texts: List[str], tokenizer: Any, max_length: int = 128, stride: int = 32
 ) -> List[List[int]]:
-    from spacy_bert_pipes.models.windows import window_spans
+    from spacy_bert_pipes.models.text.windows import window_spans
 
     out = []
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
@@ -50,7 +50,7 @@ def batches(
 ) -> List[Any]:
     import torch
 
-    from spacy_bert_pipes.models.windows import pack_batches
+    from spacy_bert_pipes.models.text.windows import pack_batches
 
     lengths = [len(w) for w in wins]
     out = []
@@ -80,7 +80,7 @@ def main(
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from spacy_bert_pipes.models.precision import padded_length
+    from spacy_bert_pipes.models.transformer.precision import padded_length
 
     torch.set_num_threads(threads)
     folder = encoder_folder()

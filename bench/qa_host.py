@@ -50,7 +50,7 @@ def stub_forward() -> None:
     gather from a fixed table of sines, by wordpiece id and position."""
     import torch
 
-    from spacy_bert_pipes.models import hf_shim
+    from spacy_bert_pipes.models.transformer import hf_shim
 
     tables: Dict[int, torch.Tensor] = {}
 

@@ -3,7 +3,7 @@
     python bench/sentence_splits.py [--train train.txt] [--data valid.txt]
         [--output bench/results/sentence_splits.json]
 
-Learns `context = "auto"`'s sentence splitter (`models/splitter.py`) from the
+Learns `context = "auto"`'s sentence splitter (`models/text/splitter.py`) from the
 CoNLL-2003 training sentences in order, as `initialize` does, then joins the
 `--data` sentences by spaces into one doc without boundaries (like raw text) and
 scores the cuts of spaCy's rule-based sentencizer and of the splitter at several
@@ -21,7 +21,7 @@ import typer
 from spacy.tokens import Doc
 
 from spacy_bert_pipes.convert import read_conll_ner
-from spacy_bert_pipes.models.splitter import THRESHOLD, learn_splitter
+from spacy_bert_pipes.models.text.splitter import THRESHOLD, learn_splitter
 
 CONLL = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "conll2003"
 

@@ -211,13 +211,13 @@ class WindowCounter:
         self.counts = {"windows": 0, "wordpieces": 0, "padded_wordpieces": 0, "batches": 0}
 
     def __enter__(self) -> "WindowCounter":
-        from spacy_bert_pipes.models import encoder as encoder_module
+        from spacy_bert_pipes.models.encoder import bert as encoder_module
 
         self.module = encoder_module
         self.original = encoder_module.run_windows
 
         def counting(encoder: Any, windows: Any, is_train: bool, cases: Any = None) -> Any:
-            from spacy_bert_pipes.models.windows import pack_batches
+            from spacy_bert_pipes.models.text.windows import pack_batches
 
             lengths = [len(ids) for ids, _ in windows]
             count_batches(self.counts, lengths, pack_batches(lengths, self.max_batch_tokens))
@@ -247,7 +247,7 @@ def build_bare(
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from spacy_bert_pipes.models.windows import pack_batches, window_spans
+    from spacy_bert_pipes.models.text.windows import pack_batches, window_spans
 
     folder = encoder_folder()
     tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True, local_files_only=True)
@@ -285,7 +285,7 @@ def build_bare(
 
     import numpy
 
-    from spacy_bert_pipes.models.precision import (
+    from spacy_bert_pipes.models.transformer.precision import (
         attention_backends,
         float32_matmuls,
         resolve_precision,
@@ -421,8 +421,8 @@ class DeviceTimer:
 def our_shim(s: Settings, precision: str) -> Any:
     """Our encoder (the default checkpoint) predicting at `precision`, on the
     current device (thinc's: the GPU after `spacy.require_gpu`): its HFShim."""
-    from spacy_bert_pipes.models.encoder import BertEncoderV2, hf_shim
-    from spacy_bert_pipes.models.loaders import HFCheckpoint
+    from spacy_bert_pipes.models.encoder.bert import BertEncoderV2, hf_shim
+    from spacy_bert_pipes.models.encoder.loaders import HFCheckpoint
 
     encoder = BertEncoderV2(
         max_length=s.max_length,
@@ -534,8 +534,8 @@ def trained_path(s: Settings, system: str) -> Path:
 
 def encoder_precisions(nlp: Any) -> Dict[str, str]:
     """What each encoder of a pipeline predicts in, as resolved on its device."""
-    from spacy_bert_pipes.models import hf_shim
-    from spacy_bert_pipes.models.precision import resolve_precision
+    from spacy_bert_pipes.models.transformer import hf_shim
+    from spacy_bert_pipes.models.transformer.precision import resolve_precision
 
     out = {}
     for name, component in nlp.pipeline:
@@ -787,7 +787,7 @@ def run_system(system: str, s: Settings) -> Dict[str, Any]:
     from transformers import AutoModel, AutoModelForTokenClassification, pipeline  # noqa: F401
 
     import spacy_bert_pipes  # noqa: F401
-    from spacy_bert_pipes.models import hf_shim  # noqa: F401
+    from spacy_bert_pipes.models.transformer import hf_shim  # noqa: F401
 
     torch_threads_before = torch.get_num_threads()
     if s.threads > 0:

@@ -8,7 +8,8 @@ are imported only when a component is built.
 
 from . import scorers
 from .about import __version__
-from .models import encoder, heads, listener, loaders, prototypes, trf
+from .models.encoder import bert, listener, loaders, trf
+from .models.heads import linear, prototypes
 from .models.types import DocEncoding
 from .pipeline import pair_batches
 from .pipeline.encoder import BertEncoderPipe, make_bert_encoder
@@ -25,8 +26,8 @@ __all__ = [
     "BertTextCategorizer",
     "BertVectors",
     "DocEncoding",
-    "encoder",
-    "heads",
+    "bert",
+    "linear",
     "listener",
     "loaders",
     "make_bert_encoder",

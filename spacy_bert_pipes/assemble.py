@@ -36,7 +36,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model
 
 from .loading import PipelineLoadError, load_pipeline
-from .models.listener import EncoderListener
+from .models.encoder.listener import EncoderListener
 from .pipeline.encoder import BertEncoderPipe
 
 Kind = Literal["textcat", "ner", "qa"]
@@ -243,8 +243,8 @@ def _add_vectors(nlp: Language, source: str) -> Dict[str, Any]:
     """Add a `bert_encoder` loaded from `source` and a `bert_vectors` reading it,
     last; the encoder reads up to the checkpoint's `max_seq_length` wordpieces
     in one window, as sentence-transformers does."""
-    from .models.loaders import HFCheckpoint, resolve_source
-    from .models.pooling import read_pooling
+    from .models.encoder.loaders import HFCheckpoint, resolve_source
+    from .models.encoder.pooling import read_pooling
 
     encoder_name = _free_name(nlp, "vectors_encoder")
     vectors_name = _free_name(nlp, "bert_vectors")

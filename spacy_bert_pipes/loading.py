@@ -25,7 +25,7 @@ from spacy.language import Language
 from spacy.vocab import Vocab
 from thinc.api import Model
 
-from .models.serial import DamagedEncoderError, check_saved_tokenizers, one_line
+from .models.transformer.serial import DamagedEncoderError, check_saved_tokenizers, one_line
 from .models.types import Precision
 
 T = TypeVar("T")

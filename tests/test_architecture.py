@@ -195,4 +195,6 @@ def test_the_checks_find_what_they_look_for() -> None:
     node = tree.body[0]
     assert isinstance(node, ast.ImportFrom)
     assert resolve("spacy_bert_pipes.explain.compute", node) is None  # ..models, not .models
-    assert resolve("spacy_bert_pipes.loading", node) == "spacy_bert_pipes.models.hf_shim"
+    assert (
+        resolve("spacy_bert_pipes.loading", node) == "spacy_bert_pipes.models.transformer.hf_shim"
+    )

@@ -101,7 +101,7 @@ def tiny_by_default(monkeypatch: pytest.MonkeyPatch, tiny_default_encoder: Path)
     thread: a model this small gains nothing from more, and loses much on a busy CPU."""
     import torch
 
-    from spacy_bert_pipes.models import loaders
+    from spacy_bert_pipes.models.encoder import loaders
 
     monkeypatch.setattr(loaders.HFCheckpoint, "__defaults__", (str(tiny_default_encoder),))
     threads = torch.get_num_threads()

@@ -7,7 +7,7 @@ import typer
 
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat
-from ..models.loaders import DEFAULT_ENCODER
+from ..models.encoder.loaders import DEFAULT_ENCODER
 from ..pretrain import PretrainError, PretrainPrecision, PretrainSettings, pretrain
 from .common import app, fail, input_format_option, text_column_option
 

@@ -15,8 +15,9 @@ window at a time (the first by default), with the window built as the component
 builds it. Attention weights show where the model looks, not why it decides: read
 them as a picture of one part of the computation, not as an explanation.
 
-The parts: `types.py` (the result and the error), `compute.py` (`explain`: which
-encoder, its attention, the chosen layers and heads, the words' scores),
+The parts: `types.py` (the result and the error), `attention.py` (the torch
+side: an encoder's attention weights for one window), `compute.py` (`explain`:
+which encoder, its attention, the chosen layers and heads, the words' scores),
 `pictures.py` (the PNGs) and `page.py` (`render`: the files and the HTML page).
 """
 

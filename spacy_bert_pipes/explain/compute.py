@@ -9,12 +9,12 @@ import numpy
 from spacy.language import Language
 from thinc.api import Model
 
-from ..models.attention import AttentionMaps, encoder_attention
-from ..models.listener import EncoderListener
+from ..models.encoder.listener import EncoderListener
 from ..pipeline.encoder import BertEncoderPipe
 from ..pipeline.ner import BertEntityRecognizer
 from ..pipeline.qa import BertQuestionAnswerer
 from ..pipeline.textcat import BertTextCategorizer
+from .attention import AttentionMaps, encoder_attention
 from .page import render
 from .types import EncoderTarget, ExplainError, ExplainResult, WordAttention
 

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional
 import numpy
 from thinc.api import Model
 
-from ..models.attention import AttentionMaps
+from .attention import AttentionMaps
 
 
 class ExplainError(ValueError):

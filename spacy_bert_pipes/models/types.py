@@ -31,10 +31,10 @@ class DocEncoding:
         (n_pieces, 2)
     sep (Optional[Floats1d]): The final [SEP] vector, averaged like `cls`: with
         `cls` and `wordpieces` it makes up every position sentence-transformers'
-        mean pooling averages (see `models/pooling.py`). None from encoders that do
+        mean pooling averages (see `models/encoder/pooling.py`). None from encoders that do
         not record it. (width,)
     branches (Dict[str, DocEncoding]): The same doc through each branch, a head's
-        own top layers (`models/branches.py`), by the name of the head it serves.
+        own top layers (`models/transformer/branches.py`), by the name of the head it serves.
     """
 
     cls: Floats1d

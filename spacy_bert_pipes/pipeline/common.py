@@ -9,12 +9,12 @@ from spacy.training import Example
 from spacy.util import minibatch
 from thinc.api import Model, Optimizer, set_dropout_rate
 
-from ..models.encoder import is_loaded
-from ..models.listener import ENCODING_ATTR, EncoderListener
-from ..models.loaders import HFCheckpointLoader
-from ..models.segments import learn_context
-from ..models.tokens import TokenizedBatch, provide_tokens, segment_texts, tokenize_texts
-from ..models.trf import is_trf_encoder
+from ..models.encoder.bert import is_loaded
+from ..models.encoder.listener import ENCODING_ATTR, EncoderListener
+from ..models.encoder.loaders import HFCheckpointLoader
+from ..models.encoder.trf import is_trf_encoder
+from ..models.text.segments import learn_context
+from ..models.text.tokens import TokenizedBatch, provide_tokens, segment_texts, tokenize_texts
 
 
 def ensure_encoding_extension() -> None:
@@ -42,7 +42,7 @@ def load_encoder(
     if encoder_loader is None:
         if is_loaded(encoder):
             return
-        from ..models.loaders import HFCheckpoint
+        from ..models.encoder.loaders import HFCheckpoint
 
         encoder_loader = HFCheckpoint()
     if not isinstance(encoder_loader, HFCheckpointLoader):

@@ -8,10 +8,10 @@ from spacy.training import Example, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
-from ..models.anchor import anchor_loss
-from ..models.encoder import hf_shim, is_loaded
-from ..models.listener import ENCODING_ATTR, EncoderListener
-from ..models.loaders import HFCheckpointLoader
+from ..models.encoder.anchor import anchor_loss
+from ..models.encoder.bert import hf_shim, is_loaded
+from ..models.encoder.listener import ENCODING_ATTR, EncoderListener
+from ..models.encoder.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
 from .common import (
     ensure_encoding_extension,
@@ -51,7 +51,7 @@ def make_bert_encoder(
     vector_anchor (float): In training, the weight of a loss that keeps each doc's
         mean vector close to the one the encoder gave before training (cosine), so
         that `bert_vectors` still serves the checkpoint's sentence embedding while
-        the heads fine-tune the encoder (`models/anchor.py`). 0.0: no such loss.
+        the heads fine-tune the encoder (`models/encoder/anchor.py`). 0.0: no such loss.
     """
     return BertEncoderPipe(nlp.vocab, model, name=name, vector_anchor=vector_anchor)
 

@@ -1,5 +1,5 @@
 """Labels defined by descriptions and a few examples, for a `bert_textcat` whose
-model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/prototypes.py`).
+model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`).
 
 * `read_label_descriptions`: the `label_descriptions` setting (inline, or a JSON
   file) as label -> phrases, with an error that names the file and the label.
@@ -18,7 +18,7 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/prototypes.py`).
   texts (self-training from descriptions or a few examples).
 * `contrastive_step`: one training step of few-shot training: the
   classifier's cross-entropy plus the pair loss over the batch's docs.
-No torch here: the math is in `models/prototypes.py`.
+No torch here: the math is in `models/heads/prototypes.py`.
 """
 
 import hashlib
@@ -33,7 +33,7 @@ from spacy.training import Example
 from thinc.api import Optimizer
 from thinc.types import Floats1d, Floats2d
 
-from ..models.prototypes import (
+from ..models.heads.prototypes import (
     calibrate_scale,
     contrastive_loss,
     cosine_output,

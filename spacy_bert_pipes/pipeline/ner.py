@@ -2,7 +2,7 @@
 
 One concept: the `bert_ner` pipe, from its factory and settings through training
 to the entities it writes on Docs; joining training sentences lives in
-`joined.py`, tagging schemes and decoding in `models/tags.py`.
+`joined.py`, tagging schemes and decoding in `models/heads/tags.py`.
 """
 
 import random
@@ -29,10 +29,8 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
-from ..models.align import space_tokens
-from ..models.loaders import HFCheckpointLoader, TaggerWeights
-from ..models.segments import effective_context
-from ..models.tags import (
+from ..models.encoder.loaders import HFCheckpointLoader, TaggerWeights
+from ..models.heads.tags import (
     OUTSIDE,
     Entities,
     Scheme,
@@ -43,6 +41,8 @@ from ..models.tags import (
     split_tag,
     viterbi_ragged,
 )
+from ..models.text.align import space_tokens
+from ..models.text.segments import effective_context
 from .common import (
     ensure_encoding_extension,
     head_pipe,

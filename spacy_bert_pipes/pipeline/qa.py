@@ -10,10 +10,10 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Ints1d, Ints2d
 
-from ..models.loaders import HFCheckpointLoader
-from ..models.qa import DocQAScores, QABatch, QAQuery
-from ..models.qa_decode import answer_chars, decode_batch, softmax, window_targets
-from ..models.slots import is_slot_model, set_questions
+from ..models.encoder.loaders import HFCheckpointLoader
+from ..models.heads.qa import DocQAScores, QABatch, QAQuery
+from ..models.heads.qa_decode import answer_chars, decode_batch, softmax, window_targets
+from ..models.heads.slots import is_slot_model, set_questions
 from ..scorers import answers_of
 from .common import (
     ensure_encoding_extension,

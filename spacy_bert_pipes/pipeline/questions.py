@@ -42,7 +42,7 @@ def check_question(key: Any, text: Any, where: str) -> None:
     # BERT's normalizer drops control and format characters (NUL, U+200B) and
     # U+FFFD, splits on whitespace and, uncased, strips accents (Mn): a question
     # of only these has no wordpieces (checked against the default encoder's
-    # tokenizer on every code point; models/qa.py catches what Unicode versions
+    # tokenizer on every code point; models/heads/qa.py catches what Unicode versions
     # disagree on)
     dropped = ("Cc", "Cf", "Co", "Cs", "Zs", "Mn")
     if all(

@@ -24,7 +24,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d
 
-from ..models.loaders import HFCheckpointLoader
+from ..models.encoder.loaders import HFCheckpointLoader
 from ..multitask import SOURCE_ATTR
 from .common import (
     ensure_encoding_extension,

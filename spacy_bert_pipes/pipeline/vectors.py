@@ -6,7 +6,7 @@ The component runs no model: it pools the `doc._.bert_encoding` that a
 listening heads) and installs spaCy's user hooks on the Doc:
 
 * `doc.vector`: the checkpoint's sentence embedding, pooled by its own recipe
-  (`models/pooling.py`: for all-MiniLM-L6-v2 the mean over [CLS], wordpieces and
+  (`models/encoder/pooling.py`: for all-MiniLM-L6-v2 the mean over [CLS], wordpieces and
   [SEP], normalised), as `SentenceTransformer.encode` computes it;
 * `span.vector`: the same recipe over the span's wordpieces (a span has no [CLS]:
   "cls" pooling uses their mean); a span of the whole doc is the doc vector;
@@ -32,11 +32,11 @@ from spacy.util import ensure_path
 from thinc.api import to_numpy
 from thinc.types import Floats1d
 
-from ..models.align import align_tokens
-from ..models.encoder import hf_shim
-from ..models.listener import ENCODING_ATTR
-from ..models.loaders import resolve_source
-from ..models.pooling import Pooling, pool, pool_doc, read_pooling
+from ..models.encoder.bert import hf_shim
+from ..models.encoder.listener import ENCODING_ATTR
+from ..models.encoder.loaders import resolve_source
+from ..models.encoder.pooling import Pooling, pool, pool_doc, read_pooling
+from ..models.text.align import align_tokens
 from ..models.types import DocEncoding
 from .common import ensure_encoding_extension
 from .encoder import BertEncoderPipe
@@ -73,7 +73,7 @@ def make_bert_vectors(
         as the checkpoint says (false when it says nothing).
     own_layers (int): Take the vectors from this component's own copy of the
         encoder's top n layers, made in `initialize` from the checkpoint's weights,
-        over the shared layers below them (`models/branches.py`). No loss trains
+        over the shared layers below them (`models/transformer/branches.py`). No loss trains
         the copy, so when heads fine-tune a shared encoder the vectors keep the
         checkpoint's top layers. 0: the shared encoder's output.
     """

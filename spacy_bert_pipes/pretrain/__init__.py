@@ -4,7 +4,7 @@ text collection, then hand the encoder to any component's config.
 `pretrain` reads the texts of a CSV, JSONL or Parquet file or a folder of
 `.txt` files (with `io.readers.read_input`), holds out a seeded sample of them,
 cuts the rest into windows of at most `max_length` wordpieces and trains with
-BERT's masking (`models.mlm.mask_tokens`: 15% of the wordpieces chosen, of
+BERT's masking (`mlm.mask_tokens`: 15% of the wordpieces chosen, of
 those 80% masked, 10% replaced by a random wordpiece, 10% kept). Batches are
 padded to their longest window, and windows of similar length are batched
 together (sorted within pools of 50 batches, the batches then shuffled), so
@@ -34,6 +34,7 @@ output.
 settings.py     PretrainSettings, PretrainSummary, PretrainError, the output names
 data.py         the texts, the held-out split, windows and epoch batches
 checkpoints.py  the output folder between runs: settings record, log, checkpoints
+mlm.py          the masked-LM model and its masking, in torch
 trainer.py      MLMTrainer, the torch training loop (imported when a run starts)
 run.py          pretrain: the stages of a run
 """

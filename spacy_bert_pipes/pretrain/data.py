@@ -12,7 +12,7 @@ from ..io.readers import read_input
 from .settings import PretrainSettings
 
 if TYPE_CHECKING:
-    from ..models.mlm import Window
+    from .mlm import Window
 
 # Windows are sorted by length within pools of this many batches: batches of
 # similar lengths waste little on padding, and the order stays random enough.
@@ -109,7 +109,7 @@ def epoch_batches(
 
 
 def encode_windows(tokenizer: Any, texts: List[str], settings: PretrainSettings) -> List["Window"]:
-    from ..models.mlm import encode_texts
+    from .mlm import encode_texts
 
     windows: List[Window] = []
     for start in range(0, len(texts), _TOKENIZE_CHUNK):

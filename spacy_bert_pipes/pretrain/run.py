@@ -47,7 +47,7 @@ from .settings import (
 )
 
 if TYPE_CHECKING:  # torch is imported when a run starts, not with this module
-    from ..models.mlm import MaskedLM, Window
+    from .mlm import MaskedLM, Window
     from .trainer import MLMTrainer
 
 
@@ -113,7 +113,7 @@ def pretrain(
         read, resuming, a newly initialised MLM head.
     RETURNS (PretrainSummary): What the run did.
     """
-    from ..models.mlm import load_masked_lm
+    from .mlm import load_masked_lm
     from .trainer import MLMTrainer
 
     check_settings(settings)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import List, Literal, Optional
 
 from ..io.readers import InputFormat
-from ..models.loaders import DEFAULT_ENCODER
+from ..models.encoder.loaders import DEFAULT_ENCODER
 
 # "auto": bf16 on GPUs that support it and on CPUs with AMX / AVX-512 BF16.
 PretrainPrecision = Literal["fp32", "bf16", "auto"]

@@ -1,8 +1,8 @@
 """`MLMTrainer`: the torch training loop of masked-LM pretraining.
 
-It holds a masked-LM model (`models.mlm.MaskedLM`), its AdamW optimizer and
+It holds a masked-LM model (`mlm.MaskedLM`), its AdamW optimizer and
 linear warmup / decay schedule, runs training steps and held-out evaluations
-(the masks from `models.mlm.mask_tokens`), and saves and restores checkpoints
+(the masks from `mlm.mask_tokens`), and saves and restores checkpoints
 (weights as safetensors, optimizer, schedule and random states through
 `torch.save`, read back with `weights_only=True`). `save_encoder` writes the
 trained base model (no MLM head) with its tokenizer: a folder that
@@ -14,9 +14,9 @@ Models and what they run (the encoder's shim, its precision and optimizer), the
 layers a pipeline is built from. This is neither: a plain torch training loop
 over the Hugging Face masked-LM, with torch's own AdamW, schedule and
 checkpoints, run by `bert-pipes pretrain` before any pipeline exists. Its output
-reaches a pipeline only as a checkpoint folder. The masked-LM model itself and
-its masking (`models/mlm.py`) stay in `models/`, as do the precision settings it
-shares with the encoder (`models/precision.py`).
+reaches a pipeline only as a checkpoint folder. The masked-LM model and its
+masking live beside it (`mlm.py`); the precision settings it shares with the
+encoder stay in `models/transformer/precision.py`.
 """
 
 import contextlib
@@ -27,7 +27,8 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 from safetensors.torch import load_model, save_model
 
-from ..models.mlm import (
+from ..models.transformer.precision import PRECISIONS, resolve_precision
+from .mlm import (
     IGNORE_INDEX,
     Batch,
     MaskedLM,
@@ -36,7 +37,6 @@ from ..models.mlm import (
     mask_tokens,
     replacement_ids,
 )
-from ..models.precision import PRECISIONS, resolve_precision
 
 # Where each architecture keeps the module that maps hidden states to vocabulary
 # logits. With it the logits are computed at the masked positions only: the

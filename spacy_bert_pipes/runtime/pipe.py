@@ -23,7 +23,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..loading import load_pipeline
-from ..models.listener import ENCODING_ATTR
+from ..models.encoder.listener import ENCODING_ATTR
 from ..models.types import Precision
 from .plan import auto_workers
 from .pool import WorkerError, WorkerLost, WorkerPool, available_cores

@@ -22,7 +22,7 @@ from spacy.training import Example
 from transformers import BertModel
 
 from spacy_bert_pipes.explain import ExplainError, explain, find_encoder
-from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models.encoder import bert as encoder_module
 
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
 TEXT = "why is my new card not working in london?"

@@ -20,7 +20,7 @@ from helpers import LABELS, NER_LABELS, loader_config
 from spacy.language import Language
 from thinc.api import NumpyOps
 
-from spacy_bert_pipes.models import hf_shim
+from spacy_bert_pipes.models.transformer import hf_shim
 
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
 # Identical texts have identical windows, so the transformer batches are the same

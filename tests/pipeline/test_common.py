@@ -10,7 +10,7 @@ import spacy
 from helpers import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
 from spacy.language import Language
 
-from spacy_bert_pipes.models import tokens as tokens_module
+from spacy_bert_pipes.models.text import tokens as tokens_module
 
 TEXTS = [text for text, _ in TRAIN_TEXTS] * 3 + ["a long text " * 20]
 

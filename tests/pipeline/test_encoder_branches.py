@@ -17,8 +17,8 @@ from helpers import (
 )
 from spacy.language import Language
 
-from spacy_bert_pipes.models import encoder as encoder_module
-from spacy_bert_pipes.models.encoder import hf_shim
+from spacy_bert_pipes.models.encoder import bert as encoder_module
+from spacy_bert_pipes.models.encoder.bert import hf_shim
 
 
 def listener(own_layers: int = 0) -> Dict[str, Any]:

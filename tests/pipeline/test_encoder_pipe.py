@@ -7,7 +7,7 @@ import spacy
 from helpers import SMALL_ENCODER, TRAIN_TEXTS, count_calls, loader_config, textcat_examples
 from spacy.language import Language
 
-from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models.encoder import bert as encoder_module
 
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
 
@@ -97,7 +97,7 @@ def test_shared_equals_standalone_with_same_weights(tiny_bert: Path) -> None:
 def test_vector_anchor_keeps_doc_vectors_near_the_checkpoints(tiny_bert: Path) -> None:
     """Fine-tuning a shared encoder for a head moves its mean doc vectors; with
     vector_anchor they stay closer to those of the encoder before training."""
-    from spacy_bert_pipes.models.anchor import mean_vector
+    from spacy_bert_pipes.models.encoder.anchor import mean_vector
 
     texts = [text for text, _ in TRAIN_TEXTS]
     similarity = {}

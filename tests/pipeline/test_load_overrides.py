@@ -23,7 +23,7 @@ from helpers import (
 from spacy.language import Language
 from spacy.training import Example
 
-from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models.encoder import bert as encoder_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,8 +19,8 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from spacy_bert_pipes.models.segments import learned_splitter
-from spacy_bert_pipes.models.tags import is_valid, viterbi
+from spacy_bert_pipes.models.heads.tags import is_valid, viterbi
+from spacy_bert_pipes.models.text.segments import learned_splitter
 
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
 
@@ -376,7 +376,7 @@ def test_pipe_with_two_processes_matches_one(trained_nlp: Language) -> None:
 def test_shares_one_encoder_pass_with_textcat(
     tiny_bert: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spacy_bert_pipes.models import encoder as encoder_module
+    from spacy_bert_pipes.models.encoder import bert as encoder_module
 
     nlp = spacy.blank("en")
     nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})

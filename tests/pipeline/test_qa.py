@@ -271,8 +271,8 @@ def test_question_without_wordpieces_is_a_clear_error(
     """Characters the tokenizer drops (zero-width spaces, NUL, control characters,
     lone combining marks) are no question: answered, it would be [CLS] [SEP]
     context, as if nothing had been asked."""
-    from spacy_bert_pipes.models.qa import QAQuery
-    from spacy_bert_pipes.models.tokens import tokenize
+    from spacy_bert_pipes.models.heads.qa import QAQuery
+    from spacy_bert_pipes.models.text.tokens import tokenize
     from spacy_bert_pipes.pipeline.common import own_encoder
 
     qa = trained_nlp.get_pipe("bert_qa")

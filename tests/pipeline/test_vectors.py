@@ -18,7 +18,7 @@ from helpers import (
 )
 from spacy.language import Language
 
-from spacy_bert_pipes.models import encoder as encoder_module
+from spacy_bert_pipes.models.encoder import bert as encoder_module
 from spacy_bert_pipes.pipeline.vectors import DOC_VECTOR_KEY
 
 LISTENER = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
@@ -137,7 +137,7 @@ def test_long_text_is_pooled_over_merged_windows(st_bert: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(st_bert))
     model = AutoModel.from_pretrained(str(st_bert)).eval()
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    from spacy_bert_pipes.models.windows import plan_windows
+    from spacy_bert_pipes.models.text.windows import plan_windows
 
     plan = plan_windows(len(ids), 14, 4)
     seps, clss = [], []

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from spacy_bert_pipes.models.mlm import (
+from spacy_bert_pipes.pretrain.mlm import (
     encode_texts,
     load_masked_lm,
 )
@@ -75,7 +75,7 @@ def test_checkpoint_restores_weights_optimizer_and_random_state(
 
 
 def test_saved_encoder_keeps_the_pooler_and_loads(tiny_bert: Path, tmp_path: Path) -> None:
-    from spacy_bert_pipes.models.loaders import HFCheckpointLoader
+    from spacy_bert_pipes.models.encoder.loaders import HFCheckpointLoader
 
     trainer = MLMTrainer(
         load_masked_lm(str(tiny_bert)), total_steps=5, warmup_steps=0, learning_rate=1e-2

@@ -1,4 +1,4 @@
-"""Properties of wordpiece-to-token alignment (models/align.py) on arbitrary
+"""Properties of wordpiece-to-token alignment (models/text/align.py) on arbitrary
 Unicode, with the tiny BERT's fast tokenizer and with synthetic offsets."""
 
 from pathlib import Path
@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import PROPERTY, texts
 
-from spacy_bert_pipes.models.align import align_tokens
+from spacy_bert_pipes.models.text.align import align_tokens
 
 NLP = spacy.blank("en")
 

@@ -1,4 +1,4 @@
-"""Properties of constrained decoding (models/tags.py) and of bert_ner writing
+"""Properties of constrained decoding (models/heads/tags.py) and of bert_ner writing
 its entities to Docs of arbitrary Unicode text."""
 
 import itertools
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from strategies import PROPERTY, texts
 
-from spacy_bert_pipes.models.tags import (
+from spacy_bert_pipes.models.heads.tags import (
     is_valid,
     make_tag_set,
     path_to_spans,

@@ -34,8 +34,8 @@ def test_encoder_matches_transformers_on_real_texts(minilm_path: Path) -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from spacy_bert_pipes.models.encoder import BertEncoder
-    from spacy_bert_pipes.models.loaders import HFCheckpoint
+    from spacy_bert_pipes.models.encoder.bert import BertEncoder
+    from spacy_bert_pipes.models.encoder.loaders import HFCheckpoint
 
     texts = [t for t, _ in banking77("test", 64)]
     nlp = spacy.blank("en")

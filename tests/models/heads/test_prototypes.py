@@ -1,0 +1,216 @@
+"""The math of label prototypes (models/heads/prototypes.py) and the pair batches
+(pipeline/pair_batches.py), on small arrays."""
+
+import random
+
+import numpy
+import pytest
+import spacy
+from spacy.training import Example
+from thinc.api import Model, NumpyOps
+
+from spacy_bert_pipes.models.heads.prototypes import (
+    calibrate_scale,
+    contrastive_loss,
+    cosine_output,
+    label_prototypes,
+    nearest_examples,
+    remember_examples,
+    self_trained_prototypes,
+)
+from spacy_bert_pipes.pipeline.pair_batches import configure_label_pairs_batcher
+
+
+def unit(rows: numpy.ndarray) -> numpy.ndarray:
+    return (rows / numpy.linalg.norm(rows, axis=1, keepdims=True)).astype("f")
+
+
+def numeric_grad(f, x: numpy.ndarray, eps: float = 1e-3) -> numpy.ndarray:  # type: ignore[no-untyped-def]
+    grad = numpy.zeros_like(x, dtype="f8")
+    for idx in numpy.ndindex(*x.shape):
+        old = x[idx]
+        x[idx] = old + eps
+        up = f(x)
+        x[idx] = old - eps
+        down = f(x)
+        x[idx] = old
+        grad[idx] = (up - down) / (2 * eps)
+    return grad
+
+
+def test_contrastive_loss_gradient_matches_finite_differences() -> None:
+    rng = numpy.random.default_rng(0)
+    vectors = unit(rng.normal(size=(6, 4))).astype("f8")
+    ids = [0, 0, 1, 1, 2, -1]
+    loss, grad = contrastive_loss(vectors, ids, 0.5)
+    expected = numeric_grad(lambda v: contrastive_loss(v, ids, 0.5)[0], vectors.copy())
+    assert loss > 0
+    assert grad == pytest.approx(expected, abs=1e-4)
+
+
+def test_contrastive_loss_pulls_pairs_together() -> None:
+    rng = numpy.random.default_rng(1)
+    vectors = unit(rng.normal(size=(4, 8)))
+    ids = [0, 0, 1, 1]
+    before, _ = contrastive_loss(vectors, ids, 0.1)
+    for _ in range(50):
+        _, grad = contrastive_loss(vectors, ids, 0.1)
+        vectors = unit(vectors - 0.05 * grad)
+    after, _ = contrastive_loss(vectors, ids, 0.1)
+    assert after < before
+    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])
+
+
+def test_contrastive_loss_without_pairs_is_zero() -> None:
+    vectors = unit(numpy.eye(3, dtype="f"))
+    loss, grad = contrastive_loss(vectors, [0, 1, -1], 0.1)
+    assert loss == 0.0 and not grad.any()
+
+
+def test_cosine_output_gradients() -> None:
+    ops = NumpyOps()
+    rng = numpy.random.default_rng(2)
+    layer = cosine_output(exclusive=True, scale=5.0, nO=3)
+    layer.set_dim("nI", 4)
+    layer.initialize()
+    layer.set_param("W", rng.normal(size=(3, 4)).astype("f"))
+    X = rng.normal(size=(2, 4)).astype("f")
+    target = numpy.asarray([[1, 0, 0], [0, 0, 1]], dtype="f")
+
+    def loss_of(x: numpy.ndarray) -> float:
+        Y = layer.predict(x.astype("f"))
+        return float(-(target * numpy.log(Y)).sum())
+
+    Y, backprop = layer.begin_update(X)
+    dX = backprop(ops.asarray2f(Y - target))  # cross-entropy: d_logits = Y - target
+    assert dX == pytest.approx(numeric_grad(loss_of, X.copy()), abs=2e-2)
+
+
+def test_label_prototypes_mix_examples_and_descriptions() -> None:
+    vectors = numpy.asarray([[1, 0], [0.8, 0.6]], dtype="f")
+    targets = numpy.asarray([[1, 0], [1, 0]], dtype="f")
+    described = [None, numpy.asarray([[0, 1]], dtype="f")]
+    P = label_prototypes(vectors, targets, described, description_weight=1.0)
+    assert P[0] == pytest.approx(unit(numpy.asarray([[0.9, 0.3]]))[0])
+    assert P[1] == pytest.approx([0, 1])
+    empty = label_prototypes(vectors, targets, [None, None], 1.0)
+    assert not empty[1].any()
+
+
+def test_calibrate_scale_prefers_sharp_when_right_and_soft_when_wrong() -> None:
+    cos = numpy.asarray([[0.9, 0.1], [0.2, 0.8]], dtype="f")
+    right = numpy.asarray([[1, 0], [0, 1]], dtype="f")
+    wrong = numpy.asarray([[1, 0], [1, 0]], dtype="f")
+    scales = [1.0, 5.0, 50.0]
+    assert calibrate_scale(cos, right, scales) == 50.0
+    assert calibrate_scale(cos, wrong, scales) < 50.0
+
+
+def test_pair_batches_hold_pairs_of_labels() -> None:
+    nlp = spacy.blank("en")
+    labels = [f"L{i}" for i in range(10)]
+    examples = []
+    for label in labels:
+        for j in range(4):
+            doc = nlp.make_doc(f"text {label} {j}")
+            examples.append(
+                Example.from_dict(doc, {"cats": {lb: float(lb == label) for lb in labels}})
+            )
+    random.seed(0)
+    batches = list(configure_label_pairs_batcher(size=8, per_label=2)(examples))
+    assert sum(len(b) for b in batches) == len(examples)
+    for batch in batches:
+        golds = [max(eg.reference.cats, key=eg.reference.cats.__getitem__) for eg in batch]
+        assert all(golds.count(g) >= 2 for g in golds)
+    with pytest.raises(ValueError, match="per_label"):
+        configure_label_pairs_batcher(size=8, per_label=1)
+
+
+def test_sentence_vectors_are_bert_vectors_geometry() -> None:
+    """The same vector as the checkpoint's sentence-transformers pooling (mean
+    over [CLS], wordpieces and [SEP], unit length) that bert_vectors writes."""
+    from spacy_bert_pipes.models.encoder.pooling import Pooling, pool_doc
+    from spacy_bert_pipes.models.heads.prototypes import sentence_vectors
+    from spacy_bert_pipes.models.types import DocEncoding
+
+    rng = numpy.random.default_rng(3)
+    encodings = [
+        DocEncoding(
+            cls=rng.normal(size=4).astype("f"),
+            wordpieces=rng.normal(size=(n, 4)).astype("f"),
+            offsets=numpy.zeros((n, 2), dtype="i"),
+            sep=rng.normal(size=4).astype("f"),
+        )
+        for n in (3, 1, 5)
+    ]
+    X = sentence_vectors().predict(encodings)
+    expected = [pool_doc(enc, Pooling(("mean",), normalize=True)) for enc in encodings]
+    assert X == pytest.approx(numpy.stack(expected), abs=1e-6)
+
+
+def test_nearest_examples_means_each_labels_top_cosines() -> None:
+    rng = numpy.random.default_rng(3)
+    X = unit(rng.normal(size=(4, 5)))
+    E = unit(rng.normal(size=(6, 5)))
+    E_label = numpy.asarray([0, 0, 0, 1, 2, 0], dtype="f")  # label 3 has no example
+    cos = rng.uniform(-1, 1, size=(4, 4)).astype("f")
+    near = nearest_examples(X, E, E_label, cos, top=2)
+    sims = X @ E.T
+    for i in range(4):
+        assert near[i, 0] == pytest.approx(numpy.sort(sims[i, [0, 1, 2, 5]])[-2:].mean(), abs=1e-6)
+        # fewer than top examples, or none: the prototype's cosine
+        assert near[i, 1] == pytest.approx(cos[i, 1], abs=1e-6)
+        assert near[i, 2] == pytest.approx(cos[i, 2], abs=1e-6)
+        assert near[i, 3] == pytest.approx(cos[i, 3], abs=1e-6)
+    near = nearest_examples(X, E, E_label, cos, top=1)
+    assert near[:, 1] == pytest.approx(sims[:, 3], abs=1e-6)
+    assert near[:, 0] == pytest.approx(sims[:, [0, 1, 2, 5]].max(axis=1), abs=1e-6)
+
+
+def test_remember_examples_replaces_by_key_and_skips_unlabelled() -> None:
+    layer = cosine_output(exclusive=True, scale=5.0, nO=3, example_weight=1.0)
+    layer.set_dim("nI", 2)
+    layer.initialize()
+    remember_examples(layer, [7, 8, 9], numpy.asarray([[3, 0], [0, 2], [1, 1]], "f"), [0, 1, -1])
+    assert layer.attrs["example_keys"] == [7, 8]
+    assert layer.get_param("E") == pytest.approx(numpy.asarray([[1, 0], [0, 1]], "f"))
+    # key 8 seen again (twice: the last wins), key 10 is new
+    rows = numpy.asarray([[0, -1], [1, 1], [-4, 0]], "f")
+    remember_examples(layer, [8, 10, 8], rows, [2, 1, 2])
+    assert layer.attrs["example_keys"] == [7, 8, 10]
+    assert layer.get_param("E") == pytest.approx(unit(numpy.asarray([[1, 0], [-1, 0], [1, 1]])))
+    assert layer.get_param("E_label").tolist() == [0.0, 2.0, 1.0]
+
+
+def test_examples_count_in_prediction_not_in_training() -> None:
+    layer = cosine_output(exclusive=True, scale=10.0, nO=2, example_weight=1.0, example_top=1)
+    layer.set_dim("nI", 2)
+    layer.initialize()
+    layer.set_param("W", numpy.asarray([[1, 0], [0, 1]], "f"))
+    X = numpy.asarray([[1, 0.9]], "f")  # nearer the prototype of label 0
+    assert layer.predict(X)[0, 0] > 0.5
+    remember_examples(layer, [1], numpy.asarray([[0.5, 1]], "f"), [1])  # an example of 1 near X
+    assert layer.predict(X)[0, 1] > 0.5
+    Y, _ = layer.begin_update(X)
+    assert Y[0, 0] > 0.5  # training sees the prototypes alone
+
+
+def test_example_weight_needs_exclusive_classes() -> None:
+    from spacy_bert_pipes.models.heads.prototypes import PrototypeCatModel
+
+    with pytest.raises(ValueError, match="exclusive_classes"):
+        PrototypeCatModel(Model("encoder", lambda m, X, t: (X, None)), False, example_weight=0.5)
+    with pytest.raises(ValueError, match="example_top"):
+        PrototypeCatModel(Model("encoder", lambda m, X, t: (X, None)), example_top=0)
+
+
+def test_self_trained_prototypes_move_towards_their_docs() -> None:
+    start = unit(numpy.asarray([[1, 0.2, 0], [0.2, 1, 0], [0, 0, 1]]))
+    # docs around (1, 1, 0.3) lean to label 1; docs around (1, -0.2, 0) to label 0
+    docs = unit(numpy.asarray([[1, 1.1, 0.3], [0.9, 1.0, 0.3], [1, -0.2, 0], [1, -0.3, 0.05]]))
+    prototypes, counts = self_trained_prototypes(start, docs, rounds=3, weight=2.0)
+    assert counts.tolist() == [2.0, 2.0, 0.0]
+    expected = start[1] + 2.0 * unit(docs[:2].sum(axis=0, keepdims=True))[0]
+    assert prototypes[1] == pytest.approx(expected / numpy.linalg.norm(expected), abs=1e-6)
+    assert prototypes[2] == pytest.approx(start[2], abs=1e-6)  # no docs: its start
+    assert numpy.linalg.norm(prototypes, axis=1) == pytest.approx(1.0, abs=1e-6)
