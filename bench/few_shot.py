@@ -123,10 +123,8 @@ def frozen_baseline(
 
 
 def sentence_vectors(nlp: Language, texts: List[str]) -> numpy.ndarray:
-    from spacy_bert_pipes.pipeline.label_prototypes import sentence_vectors as vectors_of
-
     textcat = nlp.get_pipe("bert_textcat")
-    return vectors_of(textcat, [nlp.make_doc(t) for t in texts])
+    return textcat.prototypes.sentence_vectors([nlp.make_doc(t) for t in texts])
 
 
 def held_out_run(

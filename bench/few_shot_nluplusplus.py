@@ -72,11 +72,9 @@ def micro_f(nlp: Language, rows: List[Row], labels: List[str]) -> Dict[str, floa
 
 
 def cosines(nlp: Language, rows: List[Row]) -> numpy.ndarray:
-    from spacy_bert_pipes.pipeline.label_prototypes import sentence_vectors
-
     textcat = nlp.get_pipe("bert_textcat")
-    W = nlp.get_pipe("bert_textcat").model.get_ref("output").get_param("W")
-    vectors = sentence_vectors(textcat, [nlp.make_doc(text) for text, _ in rows])
+    W = textcat.model.get_ref("output").get_param("W")
+    vectors = textcat.prototypes.sentence_vectors([nlp.make_doc(text) for text, _ in rows])
     return vectors @ (W / numpy.linalg.norm(W, axis=1, keepdims=True)).T
 
 

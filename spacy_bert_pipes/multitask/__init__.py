@@ -5,13 +5,14 @@ corpus.py      MultiCorpus, the reader `spacy-bert-pipes.MultiCorpus.v1`: severa
                its source in `doc._.bert_pipes_source`
 labels.py      `spacy-bert-pipes.corpus_labels.v1`: the labels of one corpus, for
                a head's [initialize] when its docs are mixed with others'
-targets.py     teachers' class probabilities on a doc (`doc._.bert_pipes_targets`)
 distill.py     `bert-pipes distill`: teachers trained apart annotate every doc that
-               lacks their head's annotation (imported on its own: it loads pipes)
+               lacks their head's annotation (imported on its own: it loads pipes);
+               their probabilities go to `doc._.bert_pipes_targets` (corpus_attrs.py)
 compare.py     the one-pass pipeline's scores and docs/s beside the heads apart
 """
 
-from .corpus import SOURCE_ATTR, MultiCorpus, create_multi_corpus_reader
+from ..corpus_attrs import SOURCE_ATTR
+from .corpus import MultiCorpus, create_multi_corpus_reader
 from .labels import corpus_labels
 
 __all__ = ["SOURCE_ATTR", "MultiCorpus", "corpus_labels", "create_multi_corpus_reader"]

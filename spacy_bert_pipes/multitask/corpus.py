@@ -26,18 +26,15 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
-from spacy.tokens import Doc
 from spacy.training import Corpus, Example
 from spacy.util import registry
+
+from ..corpus_attrs import SOURCE_ATTR
 
 if TYPE_CHECKING:
     from spacy.language import Language
 
 READER = "spacy-bert-pipes.MultiCorpus.v1"
-SOURCE_ATTR = "bert_pipes_source"
-
-if not Doc.has_extension(SOURCE_ATTR):
-    Doc.set_extension(SOURCE_ATTR, default=None)
 
 
 @registry.readers(READER)

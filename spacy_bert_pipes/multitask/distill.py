@@ -27,8 +27,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin, Span
 
+from ..corpus_attrs import set_soft_targets, soft_targets
 from ..loading import PipelineLoadError, load_pipeline
-from .targets import set_soft_targets, soft_targets
 
 KINDS = ("textcat", "ner", "qa")
 SUMMARY = "distill.json"

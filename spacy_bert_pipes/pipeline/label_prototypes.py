@@ -1,36 +1,39 @@
 """Labels defined by descriptions and a few examples, for a `bert_textcat` whose
 model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`).
 
+* `LabelPrototypes`: what the component owns (`BertTextCategorizer.prototypes`),
+  over its model and cfg:
+  - `set_prototypes`: each label's prototype from its examples and
+    descriptions, the softmax temperature (exclusive) or the per-label cosine
+    thresholds (multi-label) calibrated on the examples where there are any:
+    what `initialize` does, with or without examples; with `example_weight`,
+    the examples are remembered too (`remember`);
+  - `add_described_label`: a new label on a trained component, from its
+    descriptions and optionally a few examples; the trained labels keep their
+    prototypes;
+  - `adapt_to_texts`: the prototypes moved towards a collection of unlabelled
+    texts (self-training from descriptions or a few examples);
+  - `update`: one step of few-shot training: the classifier's cross-entropy
+    plus the pair loss over the batch's docs.
 * `read_label_descriptions`: the `label_descriptions` setting (inline, or a JSON
   file) as label -> phrases, with an error that names the file and the label.
 * `check_label`: a label is one non-blank string (not a string of several).
-* `set_prototypes`: each label's prototype from its examples and descriptions,
-  the softmax temperature (exclusive) or the per-label cosine thresholds
-  (multi-label) calibrated on the examples where there are any: what
-  `initialize` does, with or without examples; with `example_weight`, the
-  examples are remembered too (`remember`).
-* `add_described_label`: a new label on a trained component, from its
-  descriptions and optionally a few examples; the trained labels keep their
-  prototypes.
-* `add_labels`: the same for several labels of a loaded pipeline (what
-  `bert-pipes add-label` runs).
-* `adapt_to_texts`: the prototypes moved towards a collection of unlabelled
-  texts (self-training from descriptions or a few examples).
-* `contrastive_step`: one training step of few-shot training: the
-  classifier's cross-entropy plus the pair loss over the batch's docs.
+* `add_labels`: `add_described_label` for several labels of a loaded pipeline
+  (what `bert-pipes add-label` runs).
 No torch here: the math is in `models/heads/prototypes.py`.
 """
 
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union, cast
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union, cast
 
 import numpy
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
-from thinc.api import Optimizer
+from spacy.vocab import Vocab
+from thinc.api import Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
 from ..models.heads.prototypes import (
@@ -43,9 +46,7 @@ from ..models.heads.prototypes import (
     self_trained_prototypes,
     store_prototypes,
 )
-
-if TYPE_CHECKING:
-    from .textcat import BertTextCategorizer
+from .textcat_targets import gold_targets
 
 LabelDescriptions = Optional[Union[str, Dict[str, Union[str, List[str]]]]]
 # The softmax scales (1 / temperature) that calibration tries.
@@ -112,35 +113,292 @@ def name_description(label: str) -> str:
     return " ".join(label.replace("_", " ").split())
 
 
-def phrase_docs(pipe: "BertTextCategorizer", phrases: Sequence[str]) -> List[Doc]:
-    """Docs of description phrases, through the component's template."""
-    template = pipe.cfg["description_template"]
-    return [Doc(pipe.vocab, words=[template.format(p)], spaces=[False]) for p in phrases]
+class LabelPrototypes:
+    """The labels of a `bert_textcat` whose model is a PrototypeCatModel: each a
+    prototype made from its descriptions and examples. The component owns one
+    (`BertTextCategorizer.prototypes`) and shares its model and its `cfg` with
+    it: the labels are `cfg["labels"]`, the settings the component's."""
 
+    def __init__(self, name: str, vocab: Vocab, model: Model, cfg: Dict[str, Any]) -> None:
+        self.name = name
+        self.vocab = vocab
+        self.model = model
+        self.cfg = cfg
 
-def sentence_vectors(pipe: "BertTextCategorizer", docs: Sequence[Doc]) -> numpy.ndarray:
-    """The unit sentence vectors of docs by the component's encoder. (n, width)"""
-    body = pipe.model.get_ref("body")
-    width = pipe.model.get_ref("output").get_dim("nI")
-    rows = [numpy.zeros((0, width), dtype="f")]
-    for start in range(0, len(docs), 64):
-        rows.append(pipe.model.ops.to_numpy(body.predict(list(docs[start : start + 64]))))
-    return numpy.concatenate(rows).astype("f")
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self.cfg["labels"])
 
+    @property
+    def exclusive(self) -> bool:
+        return bool(self.model.attrs["exclusive_classes"])
 
-def description_vectors(
-    pipe: "BertTextCategorizer", labels: Sequence[str], descriptions: Dict[str, List[str]]
-) -> List[Optional[numpy.ndarray]]:
-    """Per label, the vectors of its descriptions (None for a label without)."""
-    phrases = [p for label in labels for p in descriptions.get(label, [])]
-    vectors = sentence_vectors(pipe, phrase_docs(pipe, phrases))
-    out: List[Optional[numpy.ndarray]] = []
-    start = 0
-    for label in labels:
-        n = len(descriptions.get(label, []))
-        out.append(vectors[start : start + n] if n else None)
-        start += n
-    return out
+    def descriptions(self) -> Dict[str, List[str]]:
+        """label -> description phrases: the label_descriptions setting, and with
+        label_names_as_descriptions each other label's name."""
+        described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
+        if self.cfg["label_names_as_descriptions"]:
+            for label in self.labels:
+                described.setdefault(label, [name_description(label)])
+        return described
+
+    def truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """Gold labels (n_docs, n_labels) and the mask of those annotated."""
+        return gold_targets(examples, self.labels, self.exclusive, self.name)
+
+    def phrase_docs(self, phrases: Sequence[str]) -> List[Doc]:
+        """Docs of description phrases, through the description template."""
+        template = self.cfg["description_template"]
+        return [Doc(self.vocab, words=[template.format(p)], spaces=[False]) for p in phrases]
+
+    def sentence_vectors(self, docs: Sequence[Doc]) -> numpy.ndarray:
+        """The unit sentence vectors of docs by the component's encoder. (n, width)"""
+        body = self.model.get_ref("body")
+        width = self.model.get_ref("output").get_dim("nI")
+        rows = [numpy.zeros((0, width), dtype="f")]
+        for start in range(0, len(docs), 64):
+            batch = list(docs[start : start + 64])
+            rows.append(self.model.ops.to_numpy(body.predict(batch)))
+        return numpy.concatenate(rows).astype("f")
+
+    def description_vectors(
+        self, labels: Sequence[str], descriptions: Dict[str, List[str]]
+    ) -> List[Optional[numpy.ndarray]]:
+        """Per label, the vectors of its descriptions (None for a label without)."""
+        phrases = [p for label in labels for p in descriptions.get(label, [])]
+        vectors = self.sentence_vectors(self.phrase_docs(phrases))
+        out: List[Optional[numpy.ndarray]] = []
+        start = 0
+        for label in labels:
+            n = len(descriptions.get(label, []))
+            out.append(vectors[start : start + n] if n else None)
+            start += n
+        return out
+
+    def remember(self, docs: Sequence[Doc], vectors: Floats2d, positive: numpy.ndarray) -> None:
+        """With example_weight > 0, remember the vectors of the docs that have
+        exactly one gold label (positive: (n_docs, n_labels)) as that label's
+        examples."""
+        output = self.model.get_ref("output")
+        if not output.attrs.get("example_weight", 0.0):
+            return
+        single = positive.sum(axis=1) == 1
+        ids = [int(numpy.argmax(row)) if one else -1 for row, one in zip(positive, single)]
+        remember_examples(output, [stable_key(doc.text) for doc in docs], vectors, ids)
+
+    def remember_descriptions(
+        self,
+        labels: Sequence[str],
+        descriptions: Dict[str, List[str]],
+        described: Optional[List[Optional[numpy.ndarray]]] = None,
+    ) -> None:
+        """With example_weight > 0, remember the labels' description vectors as
+        examples of their labels: `described` (per label, as
+        `description_vectors` gives them), or computed now by the encoder as it
+        is (no dropout)."""
+        output = self.model.get_ref("output")
+        if not output.attrs.get("example_weight", 0.0):
+            return
+        if described is None:
+            described = self.description_vectors(labels, descriptions)
+        keys, rows, ids = [], [], []
+        for label, vectors in zip(labels, described):
+            if vectors is None:
+                continue
+            for phrase, row in zip(descriptions[label], vectors):
+                keys.append(description_key(label, phrase))
+                rows.append(row)
+                ids.append(self.labels.index(label))
+        if rows:
+            stacked = self.model.ops.asarray2f(cast(Floats2d, numpy.stack(rows)))
+            remember_examples(output, keys, stacked, ids)
+
+    def set_prototypes(self, examples: List[Example]) -> None:
+        """Set every label's prototype from the examples that annotate it and its
+        descriptions, then calibrate the temperature (exclusive) or each label's
+        threshold (multi-label) on the examples; remember the examples (with
+        example_weight), forgetting any remembered before."""
+        labels = list(self.labels)
+        descriptions = self.descriptions()
+        own = [eg for eg in examples if any(label in eg.reference.cats for label in labels)]
+        if not own and not descriptions:
+            # zero-shot from the labels alone (add_label, or [initialize] labels): the
+            # names are all there is to describe them by
+            descriptions = {label: [name_description(label)] for label in labels}
+        truths, known = self.truths(own)
+        positive = truths * known  # (n_docs, n_labels)
+        vectors = self.sentence_vectors([eg.reference for eg in own])
+        described = self.description_vectors(labels, descriptions)
+        weight = float(self.cfg["description_weight"])
+        prototypes = label_prototypes(vectors, positive, described, weight)
+        empty = [label for label, row in zip(labels, prototypes) if not row.any()]
+        if empty:
+            raise ValueError(
+                f"'{self.name}' has no example and no description for the label(s) "
+                f"{empty[:10]}: give them in label_descriptions (or set "
+                "label_names_as_descriptions = true) or add training examples"
+            )
+        output = self.model.get_ref("output")
+        ops = self.model.ops
+        store_prototypes(self.model, prototypes)
+        scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
+        cos = vectors @ prototypes.T  # (n_docs, n_labels)
+        if self.exclusive:
+            gold = positive.sum(axis=1) == 1
+            if gold.any():
+                loo = _leave_one_out(vectors, positive, described, weight, prototypes)
+                scale = calibrate_scale(loo[gold], positive[gold], SCALES)
+            output.set_param("log_scale", ops.asarray1f([numpy.log(scale)]))
+            output.set_param("b", ops.alloc1f(len(labels)))
+            output.set_param("E", ops.alloc2f(0, vectors.shape[1]))
+            output.set_param("E_label", ops.alloc1f(0))
+            output.attrs["example_keys"] = []
+            own_docs = [eg.reference for eg in own]
+            self.remember(own_docs, ops.asarray2f(cast(Floats2d, vectors)), positive)
+            self.remember_descriptions(labels, descriptions, described)
+            return
+        thresholds = numpy.full(len(labels), float(self.cfg["similarity_threshold"]), dtype="f")
+        for j in range(len(labels)):
+            mask = known[:, j] > 0
+            if positive[mask, j].any():
+                thresholds[j] = _best_threshold(cos[mask, j], positive[mask, j])
+        output.set_param("b", ops.asarray1f(cast(Floats1d, -scale * thresholds)))
+
+    def add_described_label(
+        self, label: str, descriptions: Sequence[str], examples: Sequence[Doc] = ()
+    ) -> None:
+        """Add a label to an initialized (trained) component: its prototype is made
+        from its descriptions and its example docs (without training), with a zero
+        bias (exclusive) or the configured similarity_threshold (multi-label)."""
+        check_label(self.name, label)
+        if label in self.labels:
+            raise ValueError(f"'{self.name}' already has the label {label!r}")
+        if isinstance(descriptions, str) or not all(
+            isinstance(p, str) and p.strip() for p in descriptions
+        ):
+            raise ValueError(
+                f"'{self.name}': the descriptions of label {label!r} must be a list of "
+                f"non-blank strings, got {descriptions!r}"
+            )
+        if not all(isinstance(doc, Doc) for doc in examples):
+            raise ValueError(
+                f"'{self.name}': the examples of label {label!r} must be a list of Docs "
+                f"(nlp.make_doc(text)), got {examples!r}"
+            )
+        if not descriptions and not examples:
+            raise ValueError(f"Label {label!r}: give a description or an example to add it")
+        phrases = list(descriptions)
+        described = self.sentence_vectors(self.phrase_docs(phrases)) if phrases else None
+        vectors = self.sentence_vectors(list(examples))
+        positive = numpy.ones((len(vectors), 1), dtype="f")
+        weight = float(self.cfg["description_weight"])
+        row = label_prototypes(vectors, positive, [described], weight)  # (1, width)
+        model, ops = self.model, self.model.ops
+        output = model.get_ref("output")
+        W = ops.to_numpy(output.get_param("W"))
+        b = ops.to_numpy(output.get_param("b"))
+        scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
+        bias = 0.0 if self.exclusive else -scale * float(self.cfg["similarity_threshold"])
+        # thinc does not resize a layer with weights: a new output layer takes its place
+        grown = cosine_output(
+            self.exclusive,
+            scale,
+            nO=len(b) + 1,
+            example_weight=float(output.attrs.get("example_weight", 0.0)),
+            example_top=int(output.attrs.get("example_top", 2)),
+        )
+        grown.set_dim("nI", W.shape[1])
+        grown.initialize()
+        row = row * float(model.attrs["prototype_norm"])  # as the others are stored
+        grown.set_param("W", ops.asarray2f(cast(Floats2d, numpy.concatenate([W, row]))))
+        grown.set_param("b", ops.asarray1f(cast(Floats1d, numpy.append(b, bias).astype("f"))))
+        grown.set_param("log_scale", output.get_param("log_scale").copy())
+        if has_examples(output):
+            grown.set_param("E", output.get_param("E").copy())
+            grown.set_param("E_label", output.get_param("E_label").copy())
+            grown.attrs["example_keys"] = list(output.attrs["example_keys"])
+        model.replace_node(output, grown)
+        model.set_ref("output", grown)
+        model.set_dim("nO", len(b) + 1, force=True)
+        self.cfg["labels"].append(label)
+        if len(vectors):
+            positive = numpy.zeros((len(vectors), len(b) + 1), dtype="f")
+            positive[:, -1] = 1.0
+            self.remember(list(examples), ops.asarray2f(cast(Floats2d, vectors)), positive)
+        if phrases:
+            self.remember_descriptions([label], {label: phrases}, [described])
+
+    def adapt_to_texts(
+        self, docs: Sequence[Doc], rounds: int = 10, weight: float = 4.0
+    ) -> Dict[str, int]:
+        """Move the prototypes of an initialized (zero-shot, few-shot or trained)
+        exclusive component towards unlabelled docs of its domain: `rounds` times,
+        each doc is assigned to its nearest prototype and each label's prototype
+        becomes its current one plus `weight` times the unit mean of its docs
+        (`models.heads.prototypes.self_trained_prototypes`). The encoder, the
+        temperature and the remembered examples stay as they are.
+
+        RETURNS (Dict[str, int]): label -> the number of docs nearest it at the end.
+        """
+        if not self.exclusive:
+            raise ValueError(
+                f"'{self.name}': adapting the prototypes to unlabelled texts needs "
+                "exclusive_classes = true (one label per doc)"
+            )
+        if rounds < 1 or weight <= 0:
+            raise ValueError(f"rounds must be >= 1 and weight > 0, got {rounds}, {weight}")
+        if not docs:
+            raise ValueError(f"'{self.name}': no texts to adapt the prototypes to")
+        output = self.model.get_ref("output")
+        W = self.model.ops.to_numpy(output.get_param("W"))
+        start = W / numpy.maximum(numpy.linalg.norm(W, axis=1, keepdims=True), 1e-12)
+        vectors = self.sentence_vectors(docs)
+        prototypes, counts = self_trained_prototypes(start, vectors, rounds, weight)
+        store_prototypes(self.model, prototypes)
+        return {label: int(n) for label, n in zip(self.labels, counts.tolist())}
+
+    def update(
+        self,
+        examples: List[Example],
+        get_loss: Callable[[List[Example], Floats2d], Tuple[float, Floats2d]],
+        *,
+        sgd: Optional[Optimizer],
+        losses: Dict[str, float],
+    ) -> Dict[str, float]:
+        """One update: the classifier's loss (`get_loss`) plus contrastive_weight
+        times the pair loss over the batch's sentence vectors, docs of the same
+        label being the positive pairs (exclusive: the gold label; multi-label: a
+        doc's first gold label). With example_weight, after the step the batch's
+        docs and its labels' descriptions are encoded again as prediction encodes
+        them (no dropout, no gradient) and remembered as their latest vectors."""
+        losses.setdefault(self.name, 0.0)
+        body, output = self.model.get_ref("body"), self.model.get_ref("output")
+        docs = [eg.predicted for eg in examples]
+        vectors, backprop_body = body.begin_update(docs)
+        scores, backprop_output = output.begin_update(vectors)
+        loss, d_logits = get_loss(examples, scores)
+        d_vectors = backprop_output(d_logits)
+        truths, known = self.truths(examples)
+        positive = truths * known
+        weight = float(self.cfg["contrastive_weight"])
+        pair_loss = 0.0
+        if weight > 0:
+            ids = [int(numpy.argmax(row)) if row.max() >= 0.5 else -1 for row in positive]
+            pair_loss, d_pairs = contrastive_loss(
+                self.model.ops.to_numpy(vectors), ids, float(self.cfg["contrastive_temperature"])
+            )
+            d_vectors = d_vectors + weight * self.model.ops.asarray2f(d_pairs)
+        backprop_body(d_vectors)
+        if sgd is not None:
+            self.model.finish_update(sgd)
+        if output.attrs.get("example_weight", 0.0):
+            # the batch's docs and its labels' descriptions as prediction encodes
+            # them (no dropout), with the weights after the step when it was taken
+            self.remember([eg.reference for eg in examples], body.predict(docs), positive)
+            labels = [self.labels[j] for j in numpy.flatnonzero(positive.sum(axis=0))]
+            self.remember_descriptions(labels, self.descriptions())
+        losses[self.name] += loss + weight * pair_loss
+        return losses
 
 
 def stable_key(text: str) -> int:
@@ -151,102 +409,6 @@ def stable_key(text: str) -> int:
 def description_key(label: str, phrase: str) -> int:
     """The key of a label's description phrase among the remembered examples."""
     return stable_key(f"\x00description\x00{label}\x00{phrase}")
-
-
-def remember(
-    pipe: "BertTextCategorizer",
-    docs: Sequence[Doc],
-    vectors: Floats2d,
-    positive: numpy.ndarray,
-) -> None:
-    """With example_weight > 0, remember the vectors of the docs that have exactly
-    one gold label (positive: (n_docs, n_labels)) as that label's examples."""
-    output = pipe.model.get_ref("output")
-    if not output.attrs.get("example_weight", 0.0):
-        return
-    single = positive.sum(axis=1) == 1
-    ids = [int(numpy.argmax(row)) if one else -1 for row, one in zip(positive, single)]
-    remember_examples(output, [stable_key(doc.text) for doc in docs], vectors, ids)
-
-
-def remember_descriptions(
-    pipe: "BertTextCategorizer",
-    labels: Sequence[str],
-    descriptions: Dict[str, List[str]],
-    described: Optional[List[Optional[numpy.ndarray]]] = None,
-) -> None:
-    """With example_weight > 0, remember the labels' description vectors as
-    examples of their labels: `described` (per label, as `description_vectors`
-    gives them), or computed now by the encoder as it is (no dropout)."""
-    output = pipe.model.get_ref("output")
-    if not output.attrs.get("example_weight", 0.0):
-        return
-    if described is None:
-        described = description_vectors(pipe, labels, descriptions)
-    keys, rows, ids = [], [], []
-    for label, vectors in zip(labels, described):
-        if vectors is None:
-            continue
-        for phrase, row in zip(descriptions[label], vectors):
-            keys.append(description_key(label, phrase))
-            rows.append(row)
-            ids.append(pipe.labels.index(label))
-    if rows:
-        stacked = pipe.model.ops.asarray2f(cast(Floats2d, numpy.stack(rows)))
-        remember_examples(output, keys, stacked, ids)
-
-
-def set_prototypes(pipe: "BertTextCategorizer", examples: List[Example]) -> None:
-    """Set every label's prototype from the examples that annotate it and its
-    descriptions, then calibrate the temperature (exclusive) or each label's
-    threshold (multi-label) on the examples; remember the examples (with
-    example_weight), forgetting any remembered before."""
-    labels = list(pipe.labels)
-    descriptions = pipe.descriptions()
-    own = [eg for eg in examples if pipe.annotates(eg)]
-    if not own and not descriptions:
-        # zero-shot from the labels alone (add_label, or [initialize] labels): the
-        # names are all there is to describe them by
-        descriptions = {label: [name_description(label)] for label in labels}
-    truths, known = pipe.truths(own)
-    positive = truths * known  # (n_docs, n_labels)
-    vectors = sentence_vectors(pipe, [eg.reference for eg in own])
-    described = description_vectors(pipe, labels, descriptions)
-    weight = float(pipe.cfg["description_weight"])
-    prototypes = label_prototypes(vectors, positive, described, weight)
-    empty = [label for label, row in zip(labels, prototypes) if not row.any()]
-    if empty:
-        raise ValueError(
-            f"'{pipe.name}' has no example and no description for the label(s) "
-            f"{empty[:10]}: give them in label_descriptions (or set "
-            "label_names_as_descriptions = true) or add training examples"
-        )
-    output = pipe.model.get_ref("output")
-    ops = pipe.model.ops
-    store_prototypes(pipe.model, prototypes)
-    scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
-    cos = vectors @ prototypes.T  # (n_docs, n_labels)
-    if pipe.exclusive:
-        gold = positive.sum(axis=1) == 1
-        if gold.any():
-            loo = _leave_one_out(vectors, positive, described, weight, prototypes)
-            scale = calibrate_scale(loo[gold], positive[gold], SCALES)
-        output.set_param("log_scale", ops.asarray1f([numpy.log(scale)]))
-        output.set_param("b", ops.alloc1f(len(labels)))
-        output.set_param("E", ops.alloc2f(0, vectors.shape[1]))
-        output.set_param("E_label", ops.alloc1f(0))
-        output.attrs["example_keys"] = []
-        remember(
-            pipe, [eg.reference for eg in own], ops.asarray2f(cast(Floats2d, vectors)), positive
-        )
-        remember_descriptions(pipe, labels, descriptions, described)
-        return
-    thresholds = numpy.full(len(labels), float(pipe.cfg["similarity_threshold"]), dtype="f")
-    for j in range(len(labels)):
-        mask = known[:, j] > 0
-        if positive[mask, j].any():
-            thresholds[j] = _best_threshold(cos[mask, j], positive[mask, j])
-    output.set_param("b", ops.asarray1f(cast(Floats1d, -scale * thresholds)))
 
 
 def _leave_one_out(
@@ -282,156 +444,16 @@ def _best_threshold(cos: numpy.ndarray, truth: numpy.ndarray) -> float:
     return best
 
 
-def add_described_label(
-    pipe: "BertTextCategorizer",
-    label: str,
-    descriptions: Sequence[str],
-    examples: Sequence[Doc] = (),
-) -> None:
-    """Add a label to an initialized (trained) component: its prototype is made
-    from its descriptions and its example docs (without training), with a zero
-    bias (exclusive) or the configured similarity_threshold (multi-label)."""
-    if not pipe.has_prototypes:
-        raise ValueError(
-            f"'{pipe.name}' cannot add the label {label!r} by description: its model "
-            "is not a spacy-bert-pipes.PrototypeCatModel.v1"
-        )
-    check_label(pipe.name, label)
-    if label in pipe.labels:
-        raise ValueError(f"'{pipe.name}' already has the label {label!r}")
-    if isinstance(descriptions, str) or not all(
-        isinstance(p, str) and p.strip() for p in descriptions
-    ):
-        raise ValueError(
-            f"'{pipe.name}': the descriptions of label {label!r} must be a list of "
-            f"non-blank strings, got {descriptions!r}"
-        )
-    if not all(isinstance(doc, Doc) for doc in examples):
-        raise ValueError(
-            f"'{pipe.name}': the examples of label {label!r} must be a list of Docs "
-            f"(nlp.make_doc(text)), got {examples!r}"
-        )
-    if not descriptions and not examples:
-        raise ValueError(f"Label {label!r}: give a description or an example to add it")
-    phrases = list(descriptions)
-    described = sentence_vectors(pipe, phrase_docs(pipe, phrases)) if phrases else None
-    vectors = sentence_vectors(pipe, list(examples))
-    positive = numpy.ones((len(vectors), 1), dtype="f")
-    weight = float(pipe.cfg["description_weight"])
-    row = label_prototypes(vectors, positive, [described], weight)  # (1, width)
-    output = pipe.model.get_ref("output")
-    ops = pipe.model.ops
-    W = ops.to_numpy(output.get_param("W"))
-    b = ops.to_numpy(output.get_param("b"))
-    scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
-    bias = 0.0 if pipe.exclusive else -scale * float(pipe.cfg["similarity_threshold"])
-    # thinc does not resize a layer with weights: a new output layer takes its place
-    grown = cosine_output(
-        pipe.exclusive,
-        scale,
-        nO=len(b) + 1,
-        example_weight=float(output.attrs.get("example_weight", 0.0)),
-        example_top=int(output.attrs.get("example_top", 2)),
-    )
-    grown.set_dim("nI", W.shape[1])
-    grown.initialize()
-    row = row * float(pipe.model.attrs["prototype_norm"])  # as the others are stored
-    grown.set_param("W", ops.asarray2f(cast(Floats2d, numpy.concatenate([W, row]))))
-    grown.set_param("b", ops.asarray1f(cast(Floats1d, numpy.append(b, bias).astype("f"))))
-    grown.set_param("log_scale", output.get_param("log_scale").copy())
-    if has_examples(output):
-        grown.set_param("E", output.get_param("E").copy())
-        grown.set_param("E_label", output.get_param("E_label").copy())
-        grown.attrs["example_keys"] = list(output.attrs["example_keys"])
-    pipe.model.replace_node(output, grown)
-    pipe.model.set_ref("output", grown)
-    pipe.model.set_dim("nO", len(b) + 1, force=True)
-    pipe.cfg["labels"].append(label)
-    if len(vectors):
-        positive = numpy.zeros((len(vectors), len(b) + 1), dtype="f")
-        positive[:, -1] = 1.0
-        remember(pipe, list(examples), ops.asarray2f(cast(Floats2d, vectors)), positive)
-    if phrases:
-        remember_descriptions(pipe, [label], {label: phrases}, [described])
+class DescribedLabels(Protocol):
+    """What `add_labels` needs of a component: a `bert_textcat`'s labels and
+    `add_described_label`."""
 
+    @property
+    def labels(self) -> Tuple[str, ...]: ...
 
-def adapt_to_texts(
-    pipe: "BertTextCategorizer", docs: Sequence[Doc], rounds: int = 10, weight: float = 4.0
-) -> Dict[str, int]:
-    """Move the prototypes of an initialized (zero-shot, few-shot or trained)
-    exclusive component towards unlabelled docs of its domain: `rounds` times,
-    each doc is assigned to its nearest prototype and each label's prototype
-    becomes its current one plus `weight` times the unit mean of its docs
-    (`models.prototypes.self_trained_prototypes`). The encoder, the temperature
-    and the remembered examples stay as they are.
-
-    RETURNS (Dict[str, int]): label -> the number of docs nearest it at the end.
-    """
-    if not pipe.has_prototypes:
-        raise ValueError(
-            f"'{pipe.name}' cannot adapt prototypes: its model is not a "
-            "spacy-bert-pipes.PrototypeCatModel.v1"
-        )
-    if not pipe.exclusive:
-        raise ValueError(
-            f"'{pipe.name}': adapting the prototypes to unlabelled texts needs "
-            "exclusive_classes = true (one label per doc)"
-        )
-    if rounds < 1 or weight <= 0:
-        raise ValueError(f"rounds must be >= 1 and weight > 0, got {rounds}, {weight}")
-    if not docs:
-        raise ValueError(f"'{pipe.name}': no texts to adapt the prototypes to")
-    output = pipe.model.get_ref("output")
-    W = pipe.model.ops.to_numpy(output.get_param("W"))
-    start = W / numpy.maximum(numpy.linalg.norm(W, axis=1, keepdims=True), 1e-12)
-    vectors = sentence_vectors(pipe, docs)
-    prototypes, counts = self_trained_prototypes(start, vectors, rounds, weight)
-    store_prototypes(pipe.model, prototypes)
-    return {label: int(n) for label, n in zip(pipe.labels, counts.tolist())}
-
-
-def contrastive_step(
-    pipe: "BertTextCategorizer",
-    examples: List[Example],
-    *,
-    drop: float,
-    sgd: Optional[Optimizer],
-    losses: Dict[str, float],
-) -> Dict[str, float]:
-    """One update: the classifier's loss (`get_loss`) plus contrastive_weight
-    times the pair loss over the batch's sentence vectors, docs of the same
-    label being the positive pairs (exclusive: the gold label; multi-label: a
-    doc's first gold label). With example_weight, after the step the batch's
-    docs and its labels' descriptions are encoded again as prediction encodes
-    them (no dropout, no gradient) and remembered as their latest vectors."""
-    losses.setdefault(pipe.name, 0.0)
-    body, output = pipe.model.get_ref("body"), pipe.model.get_ref("output")
-    docs = [eg.predicted for eg in examples]
-    vectors, backprop_body = body.begin_update(docs)
-    scores, backprop_output = output.begin_update(vectors)
-    loss, d_logits = pipe.get_loss(examples, scores)
-    d_vectors = backprop_output(d_logits)
-    truths, known = pipe.truths(examples)
-    positive = truths * known
-    weight = float(pipe.cfg["contrastive_weight"])
-    pair_loss = 0.0
-    if weight > 0:
-        ids = [int(numpy.argmax(row)) if row.max() >= 0.5 else -1 for row in positive]
-        pair_loss, d_pairs = contrastive_loss(
-            pipe.model.ops.to_numpy(vectors), ids, float(pipe.cfg["contrastive_temperature"])
-        )
-        d_vectors = d_vectors + weight * pipe.model.ops.asarray2f(d_pairs)
-    backprop_body(d_vectors)
-    if sgd is not None:
-        pipe.finish_update(sgd)
-    if pipe.model.get_ref("output").attrs.get("example_weight", 0.0):
-        # the batch's docs and its labels' descriptions as prediction encodes
-        # them (no dropout), with the weights after the step when it was taken
-        remember(pipe, [eg.reference for eg in examples], body.predict(docs), positive)
-        labels = [pipe.labels[j] for j in numpy.flatnonzero(positive.sum(axis=0))]
-        remember_descriptions(pipe, labels, pipe.descriptions())
-    losses[pipe.name] += loss + weight * pair_loss
-    return losses
+    def add_described_label(
+        self, label: str, descriptions: Sequence[str], examples: Sequence[Doc] = ()
+    ) -> None: ...
 
 
 def add_labels(
@@ -456,7 +478,7 @@ def add_labels(
         if len(names) != 1:
             raise ValueError(f"Name the bert_textcat component to add labels to; found {names}")
         component = names[0]
-    pipe = cast("BertTextCategorizer", nlp.get_pipe(component))
+    pipe = cast(DescribedLabels, nlp.get_pipe(component))
     new = list(dict.fromkeys([*descriptions, *examples]))
     known = [label for label in new if label in pipe.labels]
     if known:

@@ -24,8 +24,8 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d
 
+from ..corpus_attrs import SOURCE_ATTR
 from ..models.encoder.loaders import HFCheckpointLoader
-from ..multitask import SOURCE_ATTR
 from .common import (
     ensure_encoding_extension,
     head_pipe,
@@ -36,16 +36,12 @@ from .common import (
 )
 from .label_prototypes import (
     LabelDescriptions,
-    adapt_to_texts,
-    add_described_label,
+    LabelPrototypes,
     check_label,
-    contrastive_step,
-    name_description,
     read_label_descriptions,
-    set_prototypes,
 )
 from .settings import ConfiguredPipe
-from .textcat_targets import class_weights_of, count_labels, gold_targets
+from .textcat_targets import class_weights_of, classifier_loss, count_labels, gold_targets
 
 DEFAULT_TEXTCAT_MODEL = """
 [model]
@@ -250,14 +246,21 @@ class BertTextCategorizer(ConfiguredPipe):
         """Whether the model is a PrototypeCatModel (labels can be described)."""
         return bool(self.model.attrs.get("prototypes", False))
 
+    @property
+    def prototypes(self) -> LabelPrototypes:
+        """The labels as prototypes, over this component's model and cfg (a
+        PrototypeCatModel's component only)."""
+        if not self.has_prototypes:
+            raise ValueError(
+                f"'{self.name}' has no label prototypes: its model is not a "
+                "spacy-bert-pipes.PrototypeCatModel.v1 (labels by description, "
+                "docs/few_shot.md)"
+            )
+        return LabelPrototypes(self.name, self.vocab, self.model, self.cfg)
+
     def descriptions(self) -> Dict[str, List[str]]:
-        """label -> description phrases: the label_descriptions setting, and with
-        label_names_as_descriptions each other label's name."""
-        described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
-        if self.cfg["label_names_as_descriptions"]:
-            for label in self.labels:
-                described.setdefault(label, [name_description(label)])
-        return described
+        """label -> description phrases (`LabelPrototypes.descriptions`)."""
+        return self.prototypes.descriptions()
 
     def add_described_label(
         self, label: str, descriptions: Sequence[str], examples: Sequence[Doc] = ()
@@ -265,14 +268,14 @@ class BertTextCategorizer(ConfiguredPipe):
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
         predictions next to the trained labels."""
-        add_described_label(self, label, descriptions, examples)
+        self.prototypes.add_described_label(label, descriptions, examples)
 
     def adapt_to_texts(
         self, docs: Sequence[Doc], rounds: int = 10, weight: float = 4.0
     ) -> Dict[str, int]:
         """Move the prototypes towards unlabelled docs of the domain (self-training,
-        `label_prototypes.adapt_to_texts`); label -> docs nearest it at the end."""
-        return adapt_to_texts(self, list(docs), rounds, weight)
+        `LabelPrototypes.adapt_to_texts`); label -> docs nearest it at the end."""
+        return self.prototypes.adapt_to_texts(list(docs), rounds, weight)
 
     def check_loaded(self) -> None:
         """After loading: add the labels of the label_descriptions setting that the
@@ -281,7 +284,7 @@ class BertTextCategorizer(ConfiguredPipe):
             new = read_label_descriptions(self.cfg["label_descriptions"], self.name)
             for label, phrases in new.items():
                 if label not in self.labels:
-                    add_described_label(self, label, phrases)
+                    self.prototypes.add_described_label(label, phrases)
 
     # --- predict / annotate ---------------------------------------------------
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
@@ -316,7 +319,7 @@ class BertTextCategorizer(ConfiguredPipe):
         validate_examples(examples, "BertTextCategorizer.update")
         if self.has_prototypes:
             losses = {} if losses is None else losses
-            return contrastive_step(self, examples, drop=drop, sgd=sgd, losses=losses)
+            return self.prototypes.update(examples, self.get_loss, sgd=sgd, losses=losses)
         return train_step(
             self,
             [eg.predicted for eg in examples],
@@ -347,30 +350,11 @@ class BertTextCategorizer(ConfiguredPipe):
         examples = list(examples)
         validate_examples(examples, "BertTextCategorizer.get_loss")
         truths, known = self.truths(examples)
-        probs = self.model.ops.to_numpy(scores).astype("f")
-        weights = self._label_weight_array()
-        n = max(len(examples), 1)
-        eps = 1e-8
-        if self.exclusive:
-            # a gold one-hot row, or a teacher's distribution (sums to 1 up to rounding)
-            has_gold = known.all(axis=1) & numpy.isclose(truths.sum(axis=1), 1.0, atol=1e-4)
-            row_weight = (truths * weights).sum(axis=1) * has_gold  # (n_docs,)
-            d_logits = (probs - truths) * row_weight[:, None]
-            # cross-entropy with the target distribution (one-hot for gold labels)
-            loss = -(row_weight * (truths * numpy.log(probs + eps)).sum(axis=1)).sum()
-        else:
-            pos = truths * weights
-            d_logits = (probs * (pos + 1.0 - truths) - pos) * known
-            loss = -(
-                (pos * numpy.log(probs + eps) + (1.0 - truths) * numpy.log(1.0 - probs + eps))
-                * known
-            ).sum()
-        d_logits /= n
-        return float(loss / n), self.model.ops.asarray2f(d_logits)
-
-    def _label_weight_array(self) -> numpy.ndarray:
         label_weights = self.label_weights() or {}
-        return numpy.asarray([label_weights.get(lb, 1.0) for lb in self.labels], dtype="f")
+        weights = numpy.asarray([label_weights.get(lb, 1.0) for lb in self.labels], dtype="f")
+        probs = self.model.ops.to_numpy(scores).astype("f")
+        loss, d_logits = classifier_loss(probs, truths, known, weights, self.exclusive)
+        return loss, self.model.ops.asarray2f(cast(Floats2d, d_logits))
 
     # --- initialization -----------------------------------------------------------
     def initialize(
@@ -448,7 +432,7 @@ class BertTextCategorizer(ConfiguredPipe):
         if imported is not None:
             imported.set_weights(self.model)
         if self.has_prototypes:
-            set_prototypes(self, examples)
+            self.prototypes.set_prototypes(examples)
 
     def _labels_of_one_source(self, examples: List[Example]) -> Set[str]:
         """Every label in the examples' `cats`, which must come from one corpus:
@@ -473,7 +457,12 @@ class BertTextCategorizer(ConfiguredPipe):
         "balanced", the label counts of the initialize examples)."""
         cfg = self.cfg
         return class_weights_of(
-            cfg["class_weights"], cfg.get("label_counts"), cfg.get("label_weights"), self
+            cfg["class_weights"],
+            cfg.get("label_counts"),
+            cfg.get("label_weights"),
+            labels=self.labels,
+            exclusive=self.exclusive,
+            name=self.name,
         )
 
     # --- scoring ------------------------------------------------------------------

@@ -1,16 +1,13 @@
 """The training targets of `bert_textcat`: gold `doc.cats`, or a teacher's
-probabilities stored on a distilled corpus (`multitask/targets.py`), and the
-loss weight of each label (the class_weights setting)."""
+probabilities stored on a distilled corpus (`corpus_attrs.py`), the loss
+weight of each label (the class_weights setting) and the loss itself."""
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.training import Example
 
-from ..multitask.targets import soft_targets
-
-if TYPE_CHECKING:
-    from .textcat import BertTextCategorizer
+from ..corpus_attrs import soft_targets
 
 
 def gold_targets(
@@ -22,7 +19,7 @@ def gold_targets(
     for it (e.g. a doc of another head's corpus in multi-task training): its
     row is all unknown, never negative, unless a teacher's probabilities for
     this component are stored on it (a distilled corpus,
-    `multitask/targets.py`): they are its soft targets. A doc that does
+    `corpus_attrs.py`): they are its soft targets. A doc that does
     annotate them may not hold labels the component does not know.
 
     labels (Sequence[str]): The component's labels, in order.
@@ -90,6 +87,34 @@ def soft_row(
     return row
 
 
+def classifier_loss(
+    probs: numpy.ndarray,
+    truths: numpy.ndarray,
+    known: numpy.ndarray,
+    weights: numpy.ndarray,
+    exclusive: bool,
+) -> Tuple[float, numpy.ndarray]:
+    """Weighted cross-entropy (softmax, `exclusive`) or binary cross-entropy
+    (sigmoid) of a batch: the mean loss per doc and its gradient with respect
+    to the logits. (n_docs, n_labels) arrays; `weights`: (n_labels,)."""
+    n = max(len(probs), 1)
+    eps = 1e-8
+    if exclusive:
+        # a gold one-hot row, or a teacher's distribution (sums to 1 up to rounding)
+        has_gold = known.all(axis=1) & numpy.isclose(truths.sum(axis=1), 1.0, atol=1e-4)
+        row_weight = (truths * weights).sum(axis=1) * has_gold  # (n_docs,)
+        d_logits = (probs - truths) * row_weight[:, None]
+        # cross-entropy with the target distribution (one-hot for gold labels)
+        loss = -(row_weight * (truths * numpy.log(probs + eps)).sum(axis=1)).sum()
+    else:
+        pos = truths * weights
+        d_logits = (probs * (pos + 1.0 - truths) - pos) * known
+        loss = -(
+            (pos * numpy.log(probs + eps) + (1.0 - truths) * numpy.log(1.0 - probs + eps)) * known
+        ).sum()
+    return float(loss / n), d_logits / n
+
+
 def count_labels(examples: List[Example], labels: Sequence[str]) -> Dict[str, Any]:
     """For each label, how many initialize docs annotate it and how many have it
     positive (a doc that does not annotate a label is not counted for it)."""
@@ -107,12 +132,15 @@ def class_weights_of(
     setting: Any,
     counts: Optional[Dict[str, Any]],
     saved: Optional[Dict[str, float]],
-    pipe: "BertTextCategorizer",
+    *,
+    labels: Sequence[str],
+    exclusive: bool,
+    name: str,
 ) -> Optional[Dict[str, float]]:
-    """The loss weight of each of the pipe's labels from its class_weights
+    """The loss weight of each of a component's labels from its class_weights
     setting: None, a mapping, or "balanced" (from the label `counts` of the
-    initialize examples, or the weights `saved` by pipelines older than them)."""
-    labels, name = pipe.labels, pipe.name
+    initialize examples, or the weights `saved` by pipelines older than them).
+    `name` is the component's, for messages."""
     if setting is None:
         return None
     if isinstance(setting, dict):
@@ -136,7 +164,7 @@ def class_weights_of(
         count = int(positives.get(label, 0))
         if not count:
             weights[label] = 1.0
-        elif pipe.exclusive:
+        elif exclusive:
             weights[label] = n_docs / (len(labels) * count)
         else:
             weights[label] = (int(annotated.get(label, 0)) - count) / count

@@ -22,8 +22,8 @@ from spacy.training import Example
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
+from spacy_bert_pipes.corpus_attrs import set_soft_targets, soft_targets
 from spacy_bert_pipes.multitask.distill import DistillError, distill, load_teacher
-from spacy_bert_pipes.multitask.targets import set_soft_targets, soft_targets
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

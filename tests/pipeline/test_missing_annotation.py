@@ -23,7 +23,7 @@ from helpers import (
 from spacy.language import Language
 from spacy.training import Example
 
-from spacy_bert_pipes.multitask import SOURCE_ATTR
+from spacy_bert_pipes.corpus_attrs import SOURCE_ATTR
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

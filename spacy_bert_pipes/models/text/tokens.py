@@ -9,7 +9,7 @@ the previous batch runs (`provide_tokens`, `pipeline.common.prefetching_pipe`).
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy
 from spacy.tokens import Doc
@@ -19,8 +19,16 @@ from thinc.types import Ints1d, Ints2d
 from .casing import piece_cases
 from .segments import effective_context, learned_splitter, segments
 
-if TYPE_CHECKING:  # torch is imported only when an encoder is built
-    from ..transformer.hf_shim import HFShim
+
+class TokenizerSource(Protocol):
+    """What tokenizing reads from an encoder's shim (`transformer.hf_shim.HFShim`,
+    a floor above: the text layer knows the shim only by this)."""
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def uses_cases(self) -> bool: ...
 
 
 @dataclass
@@ -39,7 +47,7 @@ def tokenize(encoder: Model, texts: Sequence[str], with_words: bool = False) -> 
     """Wordpieces and character offsets of each text (one tokenizer call per batch);
     with `with_words`, also the word (pre-tokenizer unit) of each wordpiece; for an
     encoder with case embeddings, also each wordpiece's casing class."""
-    shim = cast("HFShim", encoder.shims[0])
+    shim = cast(TokenizerSource, encoder.shims[0])
     with_cases = shim.uses_cases
     if not texts:  # the fast tokenizer fails on an empty batch
         return []
