@@ -1,24 +1,47 @@
-"""The package's shape, read statically (ast, nothing imported): module sizes,
-private names and import cycles.
+"""The package's shape, read statically (ast, nothing imported): floors, import
+cycles, module sizes, private names and the folders' docstrings.
 
+* Floors: every room (a top-level module or subpackage of spacy_bert_pipes, and
+  each subpackage of models/) sits on a floor of FLOORS. A module imports only
+  from its own room and from rooms on lower floors: no arrow runs upward or
+  sideways. Every import counts: at module level, inside functions (the lazy
+  ones that keep torch out of `spacy.blank`) and under `if TYPE_CHECKING:`.
+* No module imports a module that imports it back, directly or through others
+  (the same imports counted).
 * A module over MAX_LINES lines says in its docstring which one concept it holds
   ("One concept: ...").
 * No module imports another module's underscore-private names (`from .x import
   _y`, or `x._y` on an imported module).
-* The module-level imports between spacy_bert_pipes modules have no cycle. Imports
-  inside functions (the lazy ones that keep torch out of `spacy.blank`) and under
-  `if TYPE_CHECKING:` do not run at import time and are not counted.
+* Every package has a docstring naming its concern, and models/ holds at most
+  MAX_MODELS_MODULES modules directly (the rest in its subpackages).
 """
 
 import ast
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spacy_bert_pipes"
 MAX_LINES = 500
 ONE_CONCEPT = "One concept:"
 # Modules allowed over MAX_LINES without a "One concept:" docstring, for now (none).
 OVER_SIZE_FOR_NOW: Set[str] = set()
+MAX_MODELS_MODULES = 10
+# The rooms, lowest floor first. A room imports from lower floors only.
+FLOORS: List[Set[str]] = [
+    {"about", "memory", "progress", "plots", "io", "scorers", "corpus_attrs"},
+    {"models", "models.types"},
+    {"models.text"},
+    {"models.transformer"},
+    {"models.encoder"},
+    {"models.heads"},
+    {"loading"},
+    {"pipeline"},
+    {"convert", "evaluate", "assemble", "explain", "pretrain", "runtime", "multitask"},
+    {"similar", "annotate"},
+    {"report"},
+    {"cli"},
+    {"__main__", ""},  # "": the package's own __init__
+]
 
 
 def module_name(path: Path) -> str:
@@ -46,58 +69,34 @@ def resolve(module: str, node: ast.ImportFrom) -> Optional[str]:
     return target if target in MODULES else None
 
 
-def top_level(tree: ast.Module) -> Iterator[ast.stmt]:
-    """The statements that run at import time: the module body, into if/try
-    blocks, but not into functions, classes or `if TYPE_CHECKING:`."""
-    stack: List[ast.stmt] = list(tree.body)
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, ast.If):
-            test = node.test
-            if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
-                stack.extend(node.orelse)
-                continue
-            stack.extend(node.body + node.orelse)
-        elif isinstance(node, ast.Try):
-            stack.extend(node.body + node.orelse + node.finalbody)
-            for handler in node.handlers:
-                stack.extend(handler.body)
-        elif isinstance(node, ast.With):
-            stack.extend(node.body)
-
-
 def imports(module: str) -> Tuple[Set[str], List[str]]:
-    """The modules of ours that `module` imports at import time, and its imports of
-    other modules' private names ("file:line name")."""
+    """The modules of ours that `module` imports (anywhere in it: at module
+    level, in functions, under TYPE_CHECKING), and its imports of other modules'
+    private names ("file:line name")."""
     path = MODULES[module]
     tree = ast.parse(path.read_text(encoding="utf8"))
-    at_import_time = {id(node) for node in top_level(tree)}
     edges: Set[str] = set()
     private: List[str] = []
     # names bound to one of our modules, anywhere in the file: `x._y` reads a private name
     aliases: Dict[str, str] = {}
     for node in ast.walk(tree):
-        targets: List[str] = []
         if isinstance(node, ast.ImportFrom):
             source = resolve(module, node)
             for alias in node.names if source is not None else []:
                 submodule = f"{source}.{alias.name}"
                 if submodule in MODULES:
                     aliases[alias.asname or alias.name] = submodule
-                    targets.append(submodule)
+                    edges.add(submodule)
                 else:
-                    targets.append(str(source))
+                    edges.add(str(source))
                     if is_private(alias.name) and source != module:
                         private.append(f"{path.name}:{node.lineno} {submodule}")
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name in MODULES:
-                    targets.append(alias.name)
+                    edges.add(alias.name)
                     if alias.asname:
                         aliases[alias.asname] = alias.name
-        if id(node) in at_import_time:
-            edges.update(targets)
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Attribute)
@@ -109,6 +108,35 @@ def imports(module: str) -> Tuple[Set[str], List[str]]:
             private.append(f"{path.name}:{node.lineno} {aliases[node.value.id]}.{node.attr}")
     edges.discard(module)
     return edges, private
+
+
+def room(module: str) -> str:
+    """The room of a module: its top-level module or subpackage under the
+    package ("pipeline", "loading"), or for models/ its subpackage
+    ("models.text"); "" for the package's own __init__."""
+    parts = module.split(".")[1:]
+    if parts[:1] == ["models"] and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0] if parts else ""
+
+
+def floor_of(name: str) -> int:
+    for height, rooms in enumerate(FLOORS):
+        if name in rooms:
+            return height
+    raise AssertionError(f"Room {name!r} is on no floor: add it to FLOORS")
+
+
+def upward(graph: Dict[str, Set[str]]) -> List[str]:
+    """The imports from a room to another room on the same floor or a higher one."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        here = room(module)
+        for target in sorted(targets):
+            there = room(target)
+            if there != here and floor_of(there) >= floor_of(here):
+                found.append(f"{module} -> {target} ({here!r} may not import {there!r})")
+    return found
 
 
 def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
@@ -180,21 +208,79 @@ def test_no_module_imports_private_names_of_another() -> None:
     assert not private, f"Imports of another module's private names: {private}"
 
 
+def graph_of_package() -> Dict[str, Set[str]]:
+    return {module: imports(module)[0] for module in MODULES}
+
+
 def test_no_import_cycles() -> None:
-    graph = {module: imports(module)[0] for module in MODULES}
-    found = cycles(graph)
+    found = cycles(graph_of_package())
     assert not found, f"Import cycles among spacy_bert_pipes modules: {found}"
 
 
-def test_the_checks_find_what_they_look_for() -> None:
+def test_every_room_imports_only_from_lower_floors() -> None:
+    found = upward(graph_of_package())
+    assert not found, "Imports upward or sideways between rooms:\n" + "\n".join(found)
+
+
+def test_every_floor_names_a_room_that_exists() -> None:
+    rooms = {room(module) for module in MODULES}
+    listed = set().union(*FLOORS)
+    assert listed <= rooms | {"models"}, f"FLOORS names rooms that are gone: {listed - rooms}"
+
+
+def test_every_package_names_its_concern() -> None:
+    packages = [p for p in MODULES.values() if p.name == "__init__.py"]
+    missing = [str(p.parent.relative_to(PACKAGE.parent)) for p in packages if not docstring(p)]
+    assert not missing, f"Packages without a docstring naming their concern: {missing}"
+
+
+def test_models_holds_few_modules_directly() -> None:
+    direct = sorted(p.name for p in (PACKAGE / "models").glob("*.py"))
+    assert len(direct) <= MAX_MODELS_MODULES, (
+        f"models/ holds {len(direct)} modules directly ({direct}): put them in the "
+        "subpackage of their concern"
+    )
+
+
+def docstring(path: Path) -> str:
+    return (ast.get_docstring(ast.parse(path.read_text(encoding="utf8"))) or "").strip()
+
+
+def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     # The checkers themselves, on small graphs and sources of known shape.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     assert is_private("_x") and not is_private("__all__") and not is_private("x")
-    tree = ast.parse("from .models.hf_shim import _NOT_LOADED\n")
+    tree = ast.parse("from .models.transformer.hf_shim import _NOT_LOADED\n")
     node = tree.body[0]
     assert isinstance(node, ast.ImportFrom)
     assert resolve("spacy_bert_pipes.explain.compute", node) is None  # ..models, not .models
-    assert (
-        resolve("spacy_bert_pipes.loading", node) == "spacy_bert_pipes.models.transformer.hf_shim"
+    shim = "spacy_bert_pipes.models.transformer.hf_shim"
+    assert resolve("spacy_bert_pipes.loading", node) == shim
+    # an upward arrow (a model importing a component) and a sideways one
+    tokens, textcat = "spacy_bert_pipes.models.text.tokens", "spacy_bert_pipes.pipeline.textcat"
+    assert upward({tokens: {textcat}}) and upward({textcat: {tokens}}) == []
+    convert, evaluate = "spacy_bert_pipes.convert.docbin", "spacy_bert_pipes.evaluate"
+    assert upward({convert: {evaluate}})
+    assert room(textcat) == "pipeline" and room(tokens) == "models.text"
+    assert room("spacy_bert_pipes") == "" and room("spacy_bert_pipes.models") == "models"
+
+
+def test_imports_under_type_checking_and_in_functions_count(monkeypatch: Any) -> None:
+    # A circle hidden behind TYPE_CHECKING or a function-level import is a circle.
+    source = PACKAGE / "pipeline" / "textcat_targets.py"
+    hidden = (
+        source.read_text(encoding="utf8")
+        + "\nif TYPE_CHECKING:\n    from .textcat import BertTextCategorizer\n"
+        + "\ndef _f() -> None:\n    from ..cli import app  # noqa: F401\n"
     )
+    monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: hidden)
+    edges = imports("spacy_bert_pipes.pipeline.textcat_targets")[0]
+    monkeypatch.undo()
+    assert "spacy_bert_pipes.pipeline.textcat" in edges and "spacy_bert_pipes.cli" in edges
+    graph = graph_of_package()
+    graph["spacy_bert_pipes.pipeline.textcat_targets"] = edges
+    assert ["spacy_bert_pipes.pipeline.textcat", "spacy_bert_pipes.pipeline.textcat_targets"] in [
+        [m for m in c if m.endswith(("textcat", "textcat_targets"))] for c in cycles(graph)
+    ]
+    assert any("'pipeline' may not import 'cli'" in line for line in upward(graph))
