@@ -234,7 +234,7 @@ def main(
     override: List[str] = typer.Option([], help="KEY=JSON config overrides, repeatable"),
     output: Path = typer.Option(ROOT / "bench/results/few_shot_banking77.json"),
     plot_to: Optional[Path] = typer.Option(None, help="Draw the curve (PNG) from --output"),
-    plain: Optional[Path] = typer.Option(None, help="bench/low_data.py results to plot beside"),
+    plain: Optional[Path] = typer.Option(None, help="low_data_banking77.json, plotted beside"),
     adapted: Optional[Path] = typer.Option(None, help="--unlabelled results to plot beside"),
     merge_from: List[Path] = typer.Option([], help="Merge these results files into --output"),
 ) -> None:

@@ -9,7 +9,7 @@
 # shares have it (Banking77 7,200, NLU++ 4,600, CoNLL-2003 8,400, Restaurant-8k
 # 1,528); evaluates every head on its own test set; assembles the heads apart as the workflow does; then counts encoder
 # passes and times both pipelines over the collection's Banking77 queries
-# (bench/one_pass.py --gpu-id 0), and scores the one-pass doc vectors with MTEB's
+# (scripts/one_pass.py --gpu-id 0), and scores the one-pass doc vectors with MTEB's
 # Banking77 protocol (bench/mteb_banking77.py, on the CPU) next to the checkpoint's.
 # Writes logs and JSON results to $OUT. STEPS_DIVISOR shortens every run (a dry run
 # of the script on a CPU: GPU=-1 STEPS_DIVISOR=100). ANCHORS="0 0.5 2" trains one
@@ -173,7 +173,7 @@ wait
 
 if [ "$APART" = 1 ] && [ "$TIMING" = 1 ] && [ -n "$RUNS" ]; then
     set -- $RUNS
-    $PY bench/one_pass.py "$WORK/${TIME_RUN:-$1}/model-last" "$WORK/assembled" \
+    $PY scripts/one_pass.py "$WORK/${TIME_RUN:-$1}/model-last" "$WORK/assembled" \
         --texts $C/collection.jsonl --limit 1000 --batch-size 64 --rounds 3 --gpu-id "$GPU" \
         --output "$OUT/one_pass.json" 2>&1 | tee "$OUT/one_pass.log"
 fi

@@ -5,7 +5,8 @@
 #       WEIGHTS_XZ=.gpu/model_fp16.safetensors.xz bash bench/one_pass_seeds_gpu.sh
 #
 # Stages .gpu/ (../shared/tools/gpu-bundle), puts the encoder's real weights over the
-# bundle's random ones (WEIGHTS_XZ: bench/carry_weights.py's fp16 checkpoint, the word
+# bundle's random ones (WEIGHTS_XZ: the fp16 checkpoint of bench/carry_weights.py, retired:
+# `git show 28da39a:bench/carry_weights.py`; the word
 # embedding rows no carried text uses set to zero, xz compressed to fit a transfer;
 # the fp16 rounding is far below what training moves),
 # then runs bench/one_pass_gpu.sh once per seed in parallel, every run with one CPU

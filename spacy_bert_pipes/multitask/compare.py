@@ -6,7 +6,7 @@ Reads the metrics JSONs that `bert-pipes evaluate` writes in the workflow
 `multitask_<source>.json` (workflow `all`), the heads apart as `textcat.json`,
 `multilabel.json`, `ner.json` and `qa_slots.json` (workflows `apart` and
 `one-pass`) where they exist, and optionally the speed JSON of
-`bench/one_pass.py`.
+`scripts/one_pass.py`.
 """
 
 import json
@@ -90,7 +90,7 @@ def compare(metrics_dir: Path) -> List[Row]:
 
 def side_by_side(metrics_dir: Path, speed: Optional[Path] = None) -> str:
     """The Markdown table: one row per task, and one for the docs/s of the two
-    pipelines when `speed` (bench/one_pass.py's JSON) is given; a note under it
+    pipelines when `speed` (scripts/one_pass.py's JSON) is given; a note under it
     when a head apart was not scored."""
     lines: List[str] = [
         "| task (own test set) | heads apart | one pass | difference |",
@@ -105,7 +105,7 @@ def side_by_side(metrics_dir: Path, speed: Optional[Path] = None) -> str:
             one_dps = float(data["pipelines"]["one_pass"]["docs_per_second"])
             texts = int(data["texts"])
         except (KeyError, TypeError, ValueError) as err:
-            raise CompareError(f"{speed}: not a bench/one_pass.py result ({err!r})") from err
+            raise CompareError(f"{speed}: not a scripts/one_pass.py result ({err!r})") from err
         lines.append(
             f"| docs/s ({texts} texts, {data.get('device', 'cpu')}) | {apart_dps:.1f} | "
             f"{one_dps:.1f} | {one_dps / apart_dps:.2f}x |"

@@ -223,7 +223,7 @@ def test_window_edges_do_not_change_entities(tiny_bert: Path) -> None:
     stride leaves each token at least 12 wordpieces of context on both sides;
     a barely trained random model still reacts to what lies beyond, so the bar
     here is 95%. The 99% bar on real data is measured with the trained CoNLL
-    model by bench/ner_windows.py."""
+    model by bench/ner_windows.py (retired, at eb0bf10; BENCHMARKS.md)."""
     encoder = {"max_length": 64, "stride": 24, "max_batch_tokens": 1024, "context": "doc"}
     nlp = trained(tiny_bert, model={"encoder": encoder})
     sentence = "john smith is in paris ."

@@ -58,8 +58,7 @@ def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
         pytest.fail(f"{SHARED} is missing: the workflow test needs ../shared/datasets")
     project = tmp_path / "project"
     project.mkdir()
-    (project / "bench").mkdir()
-    for name in ("project.yml", "configs", "scripts", "bench/one_pass.py"):
+    for name in ("project.yml", "configs", "scripts"):
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, project / name)

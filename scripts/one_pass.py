@@ -1,8 +1,8 @@
 """Encoder passes and docs/s of two pipelines on the same texts (not a test).
 
-    python bench/one_pass.py ONE_PASS ASSEMBLED [--texts corpus/collection.jsonl]
+    python scripts/one_pass.py ONE_PASS ASSEMBLED [--texts corpus/collection.jsonl]
         [--limit 300] [--batch-size 64] [--rounds 3] [--gpu-id -1]
-        [--output bench/results/one_pass.json]
+        [--output metrics/one_pass.json]
 
 Both pipelines annotate the same texts (the Banking77 queries of the workflow's
 collection by default: its rows without "questions"), alternating in one process,
@@ -14,7 +14,7 @@ wordpieces per doc (a forward that also runs heads' own top layers,
 `EncoderListener.v3`, counts 1 + own_layers / L passes), next to its docs/s and
 the ratio of the two. `--gpu-id N` runs
 both pipelines on CUDA device N (`spacy.require_gpu`); each timed run ends with a
-device synchronize.
+device synchronize. The workflow's `compare-one-pass` step (project.yml) runs it.
 """
 
 import json
@@ -93,14 +93,14 @@ def main(
     batch_size: int = typer.Option(64, help="nlp.pipe batch size"),
     rounds: int = typer.Option(3, help="Alternating rounds; the best is kept"),
     gpu_id: int = typer.Option(-1, help="CUDA device to run on (-1: the CPU)"),
-    output: Path = typer.Option(Path("bench/results/one_pass.json")),
+    output: Path = typer.Option(Path("metrics/one_pass.json")),
 ) -> None:
     texts = read_texts(texts_path, limit)
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     pipelines = {"one_pass": spacy.load(one_pass), "assembled": spacy.load(assembled)}
     result: Dict[str, Any] = {
-        "command": "python bench/one_pass.py "
+        "command": "python scripts/one_pass.py "
         f"{one_pass} {assembled} --texts {texts_path} --limit {limit} "
         f"--batch-size {batch_size} --rounds {rounds} --gpu-id {gpu_id}",
         "machine": f"{platform.machine()} {platform.processor()}, {platform.node()}",
