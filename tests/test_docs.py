@@ -177,3 +177,17 @@ def test_a_failing_block_fails(tmp_path: Path) -> None:
     assert [(b.line, b.skipped) for b in blocks] == [(3, False), (8, True), (14, False)]
     with pytest.raises(AssertionError, match=r"page.md:14 raised NameError"):
         run_page(page, tmp_path)
+
+
+def test_bench_holds_only_the_scripts_its_readme_names() -> None:
+    """bench/ keeps the benchmarks behind a figure, each in bench/README.md's
+    table; a finished experiment leaves the folder (and the table)."""
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf8")
+    named = set(re.findall(r"^\| `([\w.]+)` \|", readme, re.MULTILINE))
+    present = {p.name for p in (ROOT / "bench").iterdir() if p.suffix in (".py", ".sh")}
+    assert present - named == set(), (
+        f"bench/ scripts missing from bench/README.md: {present - named}"
+    )
+    assert named - present == set(), (
+        f"bench/README.md names scripts not in bench/: {named - present}"
+    )
