@@ -39,9 +39,14 @@ lint: install
 	$(BIN)/ruff format --check spacy_bert_pipes tests scripts bench
 	$(BIN)/mypy
 
-# Unit tests (tiny random BERT) plus the slow tests on the real encoder and data.
+# Unit tests (tiny random BERT) plus the slow tests on the real encoder and data,
+# in TEST_PROCESSES processes (pytest-xdist; the time line is set on 2-core
+# machines: `make test TEST_PROCESSES=auto` on a bigger one), the 15 longest
+# shown at the end. Ray's tests share one process (--dist loadgroup): one
+# local Ray at a time.
+TEST_PROCESSES ?= 2
 test: lint
-	$(BIN)/python -m pytest -ra
+	$(BIN)/python -m pytest -ra -n $(TEST_PROCESSES) --dist loadgroup --durations=15
 
 unit: install
 	$(BIN)/python -m pytest -ra -m "not slow and not gpu"

@@ -45,10 +45,23 @@ def seeded() -> None:
     fix_random_seed(0)
 
 
+# The longest tests start first, so that with `make test`'s two processes
+# (pytest-xdist) the other process takes the many short ones meanwhile instead
+# of both waiting at the end for a workflow run that started last.
+FIRST = ("tests/slow/test_project.py", "tests/slow/")
+
+
+def start_order(item: pytest.Item) -> int:
+    path = item.nodeid
+    return next((i for i, prefix in enumerate(FIRST) if path.startswith(prefix)), len(FIRST))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """GPU tests run on the device machine; elsewhere they are reported as skipped."""
+    """The slow tests first (FIRST); GPU tests run on the device machine, and
+    elsewhere they are reported as skipped."""
     import torch
 
+    items.sort(key=start_order)  # stable: the rest keep their order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (run `make gpu` on the GPU machine)")

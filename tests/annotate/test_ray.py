@@ -18,6 +18,8 @@ from helpers import WORDS
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, prepare_run
 from spacy_bert_pipes.annotate.ray import annotate_ray, run_annotation_ray
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray at a time on the machine (make test -n 2)
+
 torch.set_num_threads(1)  # as in Ray's actors (OMP_NUM_THREADS=1): the same float sums
 
 

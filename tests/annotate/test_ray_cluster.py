@@ -26,6 +26,7 @@ from spacy_bert_pipes.annotate import AnnotateOptions, annotate, prepare_run
 torch.set_num_threads(1)  # as in Ray's actors (OMP_NUM_THREADS=1): the same float sums
 
 pytestmark = [
+    pytest.mark.xdist_group("ray"),  # one Ray at a time on the machine (make test -n 2)
     pytest.mark.slow,  # a `ray start` cluster: ~15 s to start, ~10 s to stop
     pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray"),
 ]

@@ -274,6 +274,7 @@ def local_ray() -> Iterator[None]:
 
 
 @needs_ray
+@pytest.mark.xdist_group("ray")  # one Ray at a time on the machine (make test -n 2)
 def test_ray_gives_the_local_bytes(pipeline: str, tmp_path: Path, local_ray: None) -> None:
     from spacy_bert_pipes.annotate.ray import annotate_ray
 

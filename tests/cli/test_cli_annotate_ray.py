@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray at a time on the machine (make test -n 2)
+
 torch.set_num_threads(1)  # as in Ray's actors: the same float sums
 runner = CliRunner()
 

@@ -92,9 +92,15 @@ def test_sequence_classifier_import_matches_transformers(minilm_path: Path, tmp_
     assert (ours.argmax(1) == expected.argmax(1)).all()
 
 
+# Steps of 16 queries: 50 reach 0.985 test accuracy on the 10 intents (150 took
+# three times as long to assert the same: 0.6 is far above chance and far below
+# what training reaches).
+STEPS = 50
+
+
 def test_short_real_training_learns(tmp_path: Path) -> None:
-    """150 steps on real Banking77 data lift test accuracy far above chance (1/77),
-    and the trained pipeline round-trips exactly."""
+    """STEPS steps on real Banking77 data lift test accuracy far above chance
+    (1/10), and the trained pipeline round-trips exactly."""
     train = banking77("train", 0)
     rng = numpy.random.default_rng(0)
     labels = sorted({c for _, c in train})
@@ -110,7 +116,7 @@ def test_short_real_training_learns(tmp_path: Path) -> None:
     ]
     optimizer = nlp.initialize(lambda: examples)
     optimizer.learn_rate = 1e-4
-    for step in range(150):
+    for step in range(STEPS):
         start = (step * 16) % len(examples)
         nlp.update(examples[start : start + 16], sgd=optimizer)
     test = [(t, c) for t, c in banking77("test", 0) if c in keep][:200]
