@@ -284,3 +284,13 @@ def test_imports_under_type_checking_and_in_functions_count(monkeypatch: Any) ->
         [m for m in c if m.endswith(("textcat", "textcat_targets"))] for c in cycles(graph)
     ]
     assert any("'pipeline' may not import 'cli'" in line for line in upward(graph))
+
+
+def test_the_architecture_page_shows_every_room() -> None:
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf8")
+    missing = []
+    for name in set().union(*FLOORS) - {"", "models"}:
+        path = name.replace(".", "/")
+        if f"`{path}/`" not in page and f"`{path}.py`" not in page:
+            missing.append(name)
+    assert not missing, f"docs/architecture.md does not show the room(s) {sorted(missing)}"
