@@ -11,7 +11,7 @@ subpackages, and `tests/saved/predictions.json` what they predicted then
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import pytest
 import spacy
@@ -24,9 +24,7 @@ PREDICTIONS: Dict[str, Any] = json.loads((SAVED / "predictions.json").read_text(
 TOLERANCE = 1e-4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread_here(one_thread: None) -> Iterator[None]:
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def close(a: float, b: float) -> bool:

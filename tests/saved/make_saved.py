@@ -20,7 +20,6 @@ from typing import Any, Dict, List
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 CONFIGS = ["textcat", "textcat_fewshot", "ner", "qa", "multitask"]
 TEXTS = [
@@ -125,4 +124,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "tests"))  # helpers, as the tests import it
     main()
