@@ -11,8 +11,10 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..convert import (
+    CLINC150_SPLITS,
     NerFileFormat,
     nluplusplus_labels,
+    read_clinc150,
     read_labels_file,
     read_ner_docs,
     read_nluplusplus,
@@ -120,6 +122,52 @@ def convert_nluplusplus_cli(
     except ConversionError as err:
         fail(str(err))
     _report(n_docs, len(labels), output_path)
+
+
+@convert_app.command("clinc150")
+def convert_clinc150_cli(
+    input_path: Path = typer.Argument(
+        ...,
+        help="CLINC150's data_full.json",
+        metavar="INPUT",
+        exists=True,
+        dir_okay=False,
+    ),
+    output_dir: Path = typer.Argument(
+        ...,
+        help="The folder to write train.spacy, val.spacy and test.spacy to",
+        metavar="OUTPUT_DIR",
+        file_okay=False,
+    ),
+    oos_label: Optional[str] = typer.Option(
+        None,
+        "--oos-label",
+        help="Give the out-of-scope queries this label, a class of its own, and keep "
+        "oos_train in train.spacy (default: they have no label, and train.spacy "
+        "holds the in-scope queries only)",
+    ),
+    lang: str = lang_option(),
+) -> None:
+    """Convert CLINC150 (Larson et al. 2019) for intent routing with out-of-scope
+    detection: one .spacy file per split. val and test hold their out-of-scope
+    queries after the in-scope ones, without a positive label (or with
+    --oos-label); bert_textcat's scorer counts those as out of scope.
+    """
+    nlp = _blank(lang)
+    try:
+        splits = {
+            split: read_clinc150(input_path, split, oos_label=oos_label)
+            for split in CLINC150_SPLITS
+        }
+        if oos_label is None:
+            splits["train"] = [row for row in splits["train"] if row.labels]
+        labels = sorted({label for rows in splits.values() for row in rows for label in row.labels})
+        for split, rows in splits.items():
+            docs = rows_to_docs(nlp, rows, labels, exclusive=True, unlabelled=True)
+            n_docs = write_docbin(docs, output_dir / f"{split}.spacy")
+            _report(n_docs, len(labels), output_dir / f"{split}.spacy")
+    except ConversionError as err:
+        fail(str(err))
 
 
 @convert_app.command("ner")

@@ -13,7 +13,7 @@ raises a `ConversionError` whose message starts with the place it was found,
 token or entity is ever dropped or guessed at silently.
 
 fields.py      the helpers every reader shares (text and JSON files, JSON fields)
-textcat.py     TextcatRow, read_textcat_rows, read_nluplusplus, rows_to_docs ...
+textcat.py     TextcatRow, read_textcat_rows, read_nluplusplus, read_clinc150, rows_to_docs ...
 ner.py         read_ner_docs, read_conll_ner, read_entity_jsonl, read_spacy_json
 qa.py          read_squad, read_restaurant8k
 docbin.py      write_docbin
@@ -34,10 +34,12 @@ from .ner import (
 from .qa import RESTAURANT8K_QUESTIONS, RESTAURANT8K_SLOTS, read_restaurant8k, read_squad
 from .textcat import (
     AUTO_LABEL_COLUMNS,
+    CLINC150_SPLITS,
     CSV_LABEL_SEPARATOR,
     NLUPLUSPLUS_DOMAINS,
     TextcatRow,
     nluplusplus_labels,
+    read_clinc150,
     read_labels_file,
     read_nluplusplus,
     read_textcat_rows,
@@ -47,6 +49,7 @@ from .textcat import (
 __all__ = [
     "AUTO_LABEL_COLUMNS",
     "AUTO_SPANS_FIELDS",
+    "CLINC150_SPLITS",
     "CONLL_DOCSTART",
     "CSV_LABEL_SEPARATOR",
     "NER_SUFFIXES",
@@ -57,6 +60,7 @@ __all__ = [
     "NerFileFormat",
     "TextcatRow",
     "nluplusplus_labels",
+    "read_clinc150",
     "read_conll_ner",
     "read_entity_jsonl",
     "read_labels_file",

@@ -136,6 +136,54 @@ def nluplusplus_labels(
     return sorted(labels)
 
 
+# CLINC150's splits (Larson et al. 2019): in-scope and out-of-scope queries.
+CLINC150_SPLITS = ("train", "val", "test")
+CLINC150_OOS_INTENT = "oos"
+
+
+def read_clinc150(path: Path, split: str, *, oos_label: Optional[str] = None) -> List[TextcatRow]:
+    """Read one split of CLINC150's `data_full.json`: its in-scope queries and
+    its out-of-scope ones (`oos_<split>`).
+
+    path (Path): The `data_full.json` file ({split: [[text, intent], ...]}).
+    split (str): "train", "val" or "test".
+    oos_label (Optional[str]): None: an out-of-scope query has no label (the
+        component never learns it; evaluation counts a doc without a positive
+        label as out of scope). A name: out-of-scope queries get that label, a
+        class of its own (`oos_label` of bert_textcat names it).
+    RETURNS (List[TextcatRow]): The in-scope queries, then the out-of-scope ones.
+    """
+    if split not in CLINC150_SPLITS:
+        raise ValueError(f"CLINC150 has the splits {CLINC150_SPLITS}, not {split!r}")
+    path = Path(path)
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise ConversionError(f"{path}:1", f"expected a JSON object of splits, found {show(data)}")
+    rows: List[TextcatRow] = []
+    for key in (split, f"oos_{split}"):
+        pairs = data.get(key)
+        if not isinstance(pairs, list):
+            raise ConversionError(f"{path}:1", f"no list of [text, intent] pairs under {key!r}")
+        for number, pair in enumerate(pairs, start=1):
+            where = f"{path}:{key}[{number}]"
+            if (
+                not isinstance(pair, list)
+                or len(pair) != 2
+                or not all(isinstance(item, str) for item in pair)
+                or not pair[1].strip()
+            ):
+                raise ConversionError(where, f"expected [text, intent], found {show(pair)}")
+            text, intent = pair
+            out_of_scope = key.startswith("oos_")
+            if out_of_scope != (intent == CLINC150_OOS_INTENT):
+                raise ConversionError(where, f"intent {intent!r} in the split {key!r}")
+            labels: Tuple[str, ...] = (intent,)
+            if out_of_scope:
+                labels = () if oos_label is None else (oos_label,)
+            rows.append(TextcatRow(text, labels, where))
+    return rows
+
+
 def read_labels_file(path: Path) -> List[str]:
     """Read a label set from a JSON list of unique, non-empty strings.
 
@@ -160,7 +208,12 @@ def read_labels_file(path: Path) -> List[str]:
 
 
 def rows_to_docs(
-    nlp: Language, rows: Iterable[TextcatRow], labels: Sequence[str], *, exclusive: bool
+    nlp: Language,
+    rows: Iterable[TextcatRow],
+    labels: Sequence[str],
+    *,
+    exclusive: bool,
+    unlabelled: bool = False,
 ) -> Iterator[Doc]:
     """Make a Doc per row with `doc.cats` scoring every label: 1.0 for the
     row's gold labels, 0.0 for the others.
@@ -172,6 +225,8 @@ def rows_to_docs(
     exclusive (bool): Whether the classes are mutually exclusive (textcat):
         then each row needs exactly one label. Otherwise (textcat_multilabel)
         a row has any number of labels, none included.
+    unlabelled (bool): Exclusive classes: a row may also have no label (an
+        out-of-scope text, which fits none of the labels).
     YIELDS (Doc): The Docs, in row order.
     """
     known = set(labels)
@@ -180,7 +235,7 @@ def rows_to_docs(
         for label in row.labels:
             if label not in known:
                 raise ConversionError(row.source, _unknown_label_message(label, labels))
-        if exclusive and len(gold) != 1:
+        if exclusive and len(gold) != 1 and not (unlabelled and not gold):
             found = ", ".join(repr(label) for label in sorted(gold)) or "none"
             raise ConversionError(
                 row.source, f"exclusive classes need exactly one label per row, found {found}"
