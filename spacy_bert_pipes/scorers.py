@@ -1,10 +1,12 @@
-"""Scorers, registered in spaCy's `scorers` registry."""
+"""Scorers, registered in spaCy's `scorers` registry, and the measures of a
+classifier's confidence they use (calibration error, AUROC, risk-coverage)."""
 
 import re
 import string
 from collections import Counter
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy
 from spacy.scorer import Scorer
 from spacy.tokens import Doc, Span
 from spacy.training import Example
@@ -18,12 +20,19 @@ def score_textcat(
     multi_label: bool,
     threshold: float = 0.5,
     prefix: str = "cats",
+    route_attr: Optional[str] = None,
+    oos_label: Optional[str] = None,
 ) -> Dict[str, Any]:
     """spaCy's textcat scores (cats_score, cats_micro_f, cats_macro_f,
     cats_macro_auc, per-label P/R/F and AUC), plus `cats_accuracy` for exclusive
-    classes: the share of docs whose top label is the gold label. `prefix`
-    replaces "cats" in the keys, so that two classifiers of one pipeline keep
-    their scores apart (`nlu_micro_f`, ...).
+    classes: the share of docs whose top label is the gold label, over the docs
+    with a positive gold label. `prefix` replaces "cats" in the keys, so that
+    two classifiers of one pipeline keep their scores apart (`nlu_micro_f`, ...).
+
+    route_attr (Optional[str]): The doc._ attribute of an exclusive
+        classifier's routes (`bert_textcat`): adds the routing scores
+        (`score_routes`).
+    oos_label (Optional[str]): A gold label that means out of scope.
     """
     examples = list(examples)
     scores = Scorer.score_cats(
@@ -38,7 +47,8 @@ def score_textcat(
         correct = total = 0
         for eg in examples:
             gold = {k: v for k, v in eg.reference.cats.items() if k in labels}
-            if not gold or not eg.predicted.cats:
+            # a doc without a positive label fits none (out of scope): not counted
+            if not gold or max(gold.values()) < 0.5 or not eg.predicted.cats:
                 continue
             total += 1
             top_gold = max(gold, key=lambda k: gold[k])
@@ -49,9 +59,201 @@ def score_textcat(
             top_pred = max(predicted, key=lambda k: predicted[k])
             correct += int(top_gold == top_pred)
         scores["cats_accuracy"] = correct / total if total else None
+        if route_attr is not None:
+            scores.update(score_routes(examples, labels, route_attr, oos_label))
     if prefix != "cats":
         scores = {prefix + key[len("cats") :]: value for key, value in scores.items()}
     return scores
+
+
+def f_beta(precision: float, recall: float, beta: float) -> float:
+    """The F-score that weights recall beta times as much as precision."""
+    b2 = beta * beta
+    denominator = b2 * precision + recall
+    return (1 + b2) * precision * recall / denominator if denominator else 0.0
+
+
+def score_routes(
+    examples: Sequence[Example],
+    labels: Sequence[str],
+    route_attr: str,
+    oos_label: Optional[str] = None,
+    n_bins: int = 15,
+) -> Dict[str, Any]:
+    """Routing scores of an exclusive classifier from `doc._.<route_attr>`
+    (keys with the "cats" prefix, renamed by the caller):
+
+    - cats_routed_accuracy: in-scope docs routed to their gold label, over all
+      in-scope docs (a doc not routed counts as wrong);
+    - cats_coverage: the share of in-scope docs routed;
+    - cats_oos_p, cats_oos_r, cats_oos_f, cats_oos_f2: precision, recall, F1
+      and F2 (recall weighted twice) of the docs not routed as the out-of-scope
+      class (None without out-of-scope docs);
+    - cats_oos_auroc, cats_oos_fpr95: how well the confidence separates
+      in-scope from out-of-scope docs, whatever the threshold: the area under
+      the ROC curve, and the share of out-of-scope docs kept at the threshold
+      that keeps 95% of the in-scope docs;
+    - cats_ece: the in-scope docs' expected calibration error of the top
+      probability (n_bins equal-width bins);
+    - cats_reliability: those bins ({"low", "high", "docs", "confidence",
+      "accuracy"}); cats_risk_coverage: the accuracy of the most confident
+      docs against their share, all docs (an out-of-scope doc kept is wrong).
+
+    A doc is out of scope when its reference has no positive label among
+    `labels` (or its positive label is `oos_label`).
+    """
+    labels_set = set(labels)
+    confidences: List[float] = []
+    in_conf: List[float] = []
+    out_conf: List[float] = []
+    ranked_correct: List[bool] = []
+    top_probs: List[float] = []
+    top_correct: List[bool] = []
+    n_in = n_routed = n_routed_right = 0
+    n_out = n_out_caught = n_not_routed = 0
+    for eg in examples:
+        route = eg.predicted._.get(route_attr) if eg.predicted.has_extension(route_attr) else None
+        if not route:
+            continue
+        gold_cats = {k: v for k, v in eg.reference.cats.items() if k in labels_set}
+        gold = max(gold_cats, key=gold_cats.__getitem__) if gold_cats else None
+        if gold is not None and (gold_cats[gold] < 0.5 or gold == oos_label):
+            gold = None
+        conf = float(route["confidence"])
+        routed = route["decision"] == "routed"
+        confidences.append(conf)
+        n_not_routed += int(not routed)
+        if gold is None:
+            n_out += 1
+            n_out_caught += int(not routed)
+            out_conf.append(conf)
+            ranked_correct.append(False)
+            continue
+        n_in += 1
+        n_routed += int(routed)
+        n_routed_right += int(routed and route["label"] == gold)
+        in_conf.append(conf)
+        ranked_correct.append(route["top"] == gold)
+        predicted = {k: v for k, v in eg.predicted.cats.items() if k in labels_set}
+        if predicted:
+            top_probs.append(max(predicted.values()))
+            top_correct.append(route["top"] == gold)
+    if not confidences:
+        return {}
+    scores: Dict[str, Any] = {
+        "cats_routed_accuracy": n_routed_right / n_in if n_in else None,
+        "cats_coverage": n_routed / n_in if n_in else None,
+        "cats_oos_p": None,
+        "cats_oos_r": None,
+        "cats_oos_f": None,
+        "cats_oos_f2": None,
+        "cats_oos_auroc": None,
+        "cats_oos_fpr95": None,
+        "cats_ece": (
+            expected_calibration_error(top_probs, top_correct, n_bins) if top_probs else None
+        ),
+        "cats_reliability": reliability(top_probs, top_correct, n_bins),
+        "cats_risk_coverage": risk_coverage(confidences, ranked_correct),
+    }
+    if n_out:
+        precision = n_out_caught / n_not_routed if n_not_routed else 0.0
+        recall = n_out_caught / n_out
+        scores["cats_oos_p"] = precision
+        scores["cats_oos_r"] = recall
+        scores["cats_oos_f"] = f_beta(precision, recall, 1.0)
+        scores["cats_oos_f2"] = f_beta(precision, recall, 2.0)
+        if in_conf:
+            scores["cats_oos_auroc"] = auroc(in_conf, out_conf)
+            scores["cats_oos_fpr95"] = fpr_at_recall(in_conf, out_conf, 0.95)
+    return scores
+
+
+# --- measures of confidence: calibration, separation of in-scope from
+# out-of-scope docs, risk against coverage (plain numpy over plain lists) ------
+
+
+def reliability(
+    top_probs: Sequence[float], correct: Sequence[bool], n_bins: int = 15
+) -> List[Dict[str, float]]:
+    """Equal-width bins of the top probability: each bin's docs, mean
+    probability and accuracy (empty bins left out)."""
+    p = numpy.asarray(top_probs, dtype="float64")
+    c = numpy.asarray(correct, dtype="float64")
+    # bin i holds (i/n, (i+1)/n]; a probability of 0 goes to the first bin
+    index = numpy.clip(numpy.ceil(p * n_bins).astype(int) - 1, 0, n_bins - 1)
+    bins = []
+    for i in range(n_bins):
+        mask = index == i
+        if mask.any():
+            bins.append(
+                {
+                    "low": i / n_bins,
+                    "high": (i + 1) / n_bins,
+                    "docs": int(mask.sum()),
+                    "confidence": float(p[mask].mean()),
+                    "accuracy": float(c[mask].mean()),
+                }
+            )
+    return bins
+
+
+def expected_calibration_error(
+    top_probs: Sequence[float], correct: Sequence[bool], n_bins: int = 15
+) -> float:
+    """ECE: the docs-weighted mean gap between confidence and accuracy over
+    equal-width bins of the top probability (Guo et al. 2017)."""
+    bins = reliability(top_probs, correct, n_bins)
+    total = sum(b["docs"] for b in bins)
+    if not total:
+        return 0.0
+    return float(sum(b["docs"] * abs(b["confidence"] - b["accuracy"]) for b in bins) / total)
+
+
+def auroc(in_scope: Sequence[float], out_of_scope: Sequence[float]) -> float:
+    """The probability that an in-scope doc's confidence exceeds an out-of-scope
+    doc's (ties count half): the area under the ROC curve."""
+    pos = numpy.asarray(in_scope, dtype="float64")
+    neg = numpy.asarray(out_of_scope, dtype="float64")
+    values = numpy.concatenate([pos, neg])
+    order = numpy.argsort(values, kind="mergesort")
+    ranks = numpy.empty(len(values))
+    sorted_values = values[order]
+    # average ranks of ties
+    starts = numpy.r_[0, numpy.flatnonzero(numpy.diff(sorted_values)) + 1]
+    ends = numpy.r_[starts[1:], len(values)]
+    for s, e in zip(starts, ends):
+        ranks[order[s:e]] = (s + e + 1) / 2
+    rank_sum = ranks[: len(pos)].sum()
+    return float((rank_sum - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def fpr_at_recall(
+    in_scope: Sequence[float], out_of_scope: Sequence[float], recall: float = 0.95
+) -> float:
+    """The share of out-of-scope docs kept at the highest confidence threshold
+    that keeps `recall` of the in-scope docs (FPR95 for 0.95)."""
+    pos = numpy.sort(numpy.asarray(in_scope, dtype="float64"))
+    neg = numpy.asarray(out_of_scope, dtype="float64")
+    cut = pos[int(numpy.floor((1 - recall) * len(pos)))]
+    return float((neg >= cut).mean())
+
+
+def risk_coverage(
+    confidences: Sequence[float], correct: Sequence[bool], points: int = 50
+) -> List[Dict[str, float]]:
+    """Accuracy of the docs kept against the share kept, keeping the most
+    confident first: `points` points from the most confident 2% to all."""
+    conf = numpy.asarray(confidences, dtype="float64")
+    ok = numpy.asarray(correct, dtype="float64")[numpy.argsort(-conf, kind="mergesort")]
+    n = len(ok)
+    if not n:
+        return []
+    cum = numpy.cumsum(ok)
+    curve = []
+    for share in numpy.linspace(1 / points, 1.0, points):
+        kept = max(int(round(share * n)), 1)
+        curve.append({"coverage": kept / n, "accuracy": float(cum[kept - 1] / kept)})
+    return curve
 
 
 @registry.scorers("spacy-bert-pipes.textcat_scorer.v1")

@@ -3,6 +3,7 @@
 
 from typing import Dict, List, Optional
 
+import numpy
 import pytest
 import spacy
 from spacy.training import Example
@@ -174,3 +175,84 @@ def test_score_qa_of_one_component(nlp):
     assert score_qa([eg], component="slots")["qa_exact"] == 0.0
     # a component with no answers here answered nothing
     assert score_qa([eg], component="other")["qa_exact"] == 0.0
+
+
+def test_confidence_measures_against_brute_force() -> None:
+    from spacy_bert_pipes.scorers import (
+        auroc,
+        expected_calibration_error,
+        fpr_at_recall,
+        reliability,
+        risk_coverage,
+    )
+
+    rng = numpy.random.default_rng(0)
+    pos, neg = rng.normal(1, 1, 300), rng.normal(0, 1, 200)
+    pos[:20] = 0.5  # ties across the classes count half
+    neg[:10] = 0.5
+    pairs = [(p > n) + 0.5 * (p == n) for p in pos for n in neg]
+    assert auroc(pos, neg) == pytest.approx(numpy.mean(pairs))
+    cut = numpy.sort(pos)[15]  # keeps 95% of 300 in-scope docs
+    assert fpr_at_recall(pos, neg, 0.95) == pytest.approx((neg >= cut).mean())
+    probs = [0.05, 0.95, 0.95, 0.5, 0.5]
+    correct = [False, True, False, True, False]
+    bins = reliability(probs, correct, 15)
+    assert [b["docs"] for b in bins] == [1, 2, 2]
+    expected = (1 * 0.05 + 2 * abs(0.5 - 0.5) + 2 * abs(0.95 - 0.5)) / 5
+    assert expected_calibration_error(probs, correct, 15) == pytest.approx(expected)
+    curve = risk_coverage([0.9, 0.8, 0.1, 0.05], [True, False, True, False], points=4)
+    assert [p["accuracy"] for p in curve] == [1.0, 0.5, pytest.approx(2 / 3), 0.5]
+    assert curve[-1]["coverage"] == 1.0
+
+
+def test_routing_scores_count_out_of_scope_docs() -> None:
+    from spacy.tokens import Doc
+
+    from spacy_bert_pipes.scorers import score_textcat
+
+    if not Doc.has_extension("route"):
+        Doc.set_extension("route", default=None)
+    nlp = spacy.blank("en")
+    labels = ["a", "b"]
+    rows = [
+        # gold, top, confidence, decision
+        ("a", "a", 0.9, "routed"),
+        ("a", "b", 0.8, "routed"),
+        ("b", "b", 0.1, "out_of_scope"),
+        (None, "a", 0.05, "out_of_scope"),
+        (None, "b", 0.7, "routed"),
+        ("oos", "a", 0.02, "out_of_scope"),
+    ]
+    examples = []
+    for gold, top, conf, decision in rows:
+        predicted = nlp.make_doc("x")
+        predicted.cats = {"a": 0.6 if top == "a" else 0.4, "b": 0.4 if top == "a" else 0.6}
+        predicted._.route = {
+            "label": top if decision == "routed" else None,
+            "top": top,
+            "confidence": conf,
+            "decision": decision,
+        }
+        reference = nlp.make_doc("x")
+        reference.cats = {"a": float(gold == "a"), "b": float(gold == "b")}
+        if gold == "oos":
+            reference.cats["oos"] = 1.0
+        examples.append(Example(predicted, reference))
+    scores = score_textcat(
+        examples, labels=labels, multi_label=False, route_attr="route", oos_label="oos"
+    )
+    assert scores["cats_accuracy"] == pytest.approx(2 / 3)  # in-scope docs only
+    assert scores["cats_routed_accuracy"] == pytest.approx(1 / 3)
+    assert scores["cats_coverage"] == pytest.approx(2 / 3)
+    # 3 out-of-scope docs (two without a positive label, one "oos"): 2 not routed;
+    # 3 docs not routed, 2 of them out of scope
+    assert scores["cats_oos_r"] == pytest.approx(2 / 3)
+    assert scores["cats_oos_p"] == pytest.approx(2 / 3)
+    assert scores["cats_oos_f"] == pytest.approx(2 / 3)
+    assert scores["cats_oos_auroc"] == pytest.approx((3 + 3 + 2) / 9)
+    assert len(scores["cats_risk_coverage"]) == 50
+    assert scores["cats_ece"] is not None
+    renamed = score_textcat(
+        examples, labels=labels, multi_label=False, prefix="intent", route_attr="route"
+    )
+    assert "intent_oos_auroc" in renamed and "cats_oos_auroc" not in renamed

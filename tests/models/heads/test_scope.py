@@ -1,0 +1,132 @@
+"""Out-of-scope scores and temperature scaling: the math against brute force."""
+
+import numpy
+import pytest
+from thinc.api import Model
+
+from spacy_bert_pipes.models.heads.scope import (
+    ScopeFit,
+    confidence,
+    fit_gaussian,
+    fit_scope,
+    fit_temperature,
+    get_fit,
+    knn_scores,
+    mahalanobis_scores,
+    raw_scores,
+    scale_probs,
+    set_fit,
+)
+
+
+def clusters(seed: int = 0, n: int = 60, width: int = 5):
+    rng = numpy.random.default_rng(seed)
+    centres = rng.normal(0, 4, (3, width))
+    y = numpy.arange(n) % 3
+    X = centres[y] + rng.normal(0, 1, (n, width))
+    return X.astype("f"), y, centres
+
+
+def test_mahalanobis_matches_brute_force() -> None:
+    X, y, _ = clusters()
+    means, precision = fit_gaussian(X, y, 3, shrinkage=0.0)
+    for label in range(3):
+        assert numpy.allclose(means[label], X[y == label].mean(0), atol=1e-5)
+    centred = X - means[y]
+    cov = centred.T @ centred / (len(X) - 3)
+    assert numpy.allclose(precision, numpy.linalg.inv(cov), atol=1e-3)
+    queries = X[:7] + 0.5
+    got = mahalanobis_scores(queries, means, precision)
+    expected = [
+        min(float((q - m) @ numpy.linalg.inv(cov) @ (q - m)) for m in means) for q in queries
+    ]
+    assert numpy.allclose(got, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_a_label_without_docs_gets_no_mean() -> None:
+    X, y, _ = clusters()
+    means, _ = fit_gaussian(X, y, 4)
+    assert means.shape == (3, X.shape[1])
+    with pytest.raises(ValueError, match="at least one training doc"):
+        fit_gaussian(X[:0], y[:0], 3)
+
+
+def test_knn_takes_the_kth_most_similar() -> None:
+    vectors = numpy.eye(3, dtype="f")
+    query = numpy.asarray([[1.0, 0.5, 0.0]], dtype="f")
+    unit = query / numpy.linalg.norm(query)
+    assert knn_scores(query, vectors, 1)[0] == pytest.approx(1 - unit[0, 0], abs=1e-6)
+    assert knn_scores(query, vectors, 2)[0] == pytest.approx(1 - unit[0, 1], abs=1e-6)
+    assert knn_scores(query, vectors, 10)[0] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("method", ["max_prob", "mahalanobis", "knn"])
+def test_confidence_is_the_share_of_reference_docs_less_typical(method: str) -> None:
+    X, y, centres = clusters()
+    # held-out docs of the same clusters
+    held_out = (centres[y] + numpy.random.default_rng(1).normal(0, 1, X.shape)).astype("f")
+    probs = numpy.full((len(X), 3), 0.1, dtype="f")
+    probs[numpy.arange(len(X)), y] = 0.8
+    fit = fit_scope(
+        method,
+        train_vectors=X,
+        train_labels=y,
+        n_labels=3,
+        ref_vectors=held_out,
+        ref_probs=probs,
+    )
+    X = held_out
+    assert (numpy.diff(fit.reference) >= 0).all()
+    conf = confidence(fit, method, raw_scores(fit, method, X, probs))
+    assert ((conf > 0) & (conf <= 1)).all()
+    if method != "max_prob":
+        # the reference docs' confidences spread over (0, 1]; far docs get 0
+        assert numpy.quantile(conf, 0.5) == pytest.approx(0.5, abs=0.1)
+        far = centres.mean(0, keepdims=True) + 100.0
+        far_conf = confidence(fit, method, raw_scores(fit, method, far, probs[:1]))
+        assert far_conf[0] == 0.0
+
+
+def test_without_a_fit_the_confidence_is_the_top_probability() -> None:
+    probs = numpy.asarray([[0.7, 0.2, 0.1], [0.4, 0.35, 0.25]], dtype="f")
+    for method in ("max_prob", "mahalanobis", "knn"):
+        conf = confidence(None, method, raw_scores(None, method, None, probs))
+        assert numpy.allclose(conf, [0.7, 0.4])
+
+
+def test_a_fit_is_saved_in_the_model_and_read_back() -> None:
+    X, y, _ = clusters()
+    probs = numpy.full((len(X), 3), 1 / 3, dtype="f")
+    fit = fit_scope(
+        "mahalanobis", train_vectors=X, train_labels=y, n_labels=3, ref_vectors=X, ref_probs=probs
+    )
+    model: Model = Model("m", lambda model, X, is_train: (X, lambda d: d))
+    assert get_fit(model) is None
+    set_fit(model, fit)
+    copy: Model = Model("m", lambda model, X, is_train: (X, lambda d: d))
+    copy.from_bytes(model.to_bytes())
+    loaded = get_fit(copy)
+    assert loaded is not None and loaded.method == "mahalanobis"
+    assert numpy.array_equal(loaded.reference, fit.reference)
+    assert loaded.means is not None and numpy.allclose(loaded.means, fit.means)
+    with pytest.raises(ValueError, match="unknown method"):
+        ScopeFit.from_dict({"method": "guess", "reference": [0.0]})
+    with pytest.raises(ValueError, match="unknown out-of-scope method"):
+        fit_scope(
+            "guess", train_vectors=X, train_labels=y, n_labels=3, ref_vectors=X, ref_probs=probs
+        )
+
+
+def test_temperature_scaling_recovers_the_temperature_of_the_data() -> None:
+    rng = numpy.random.default_rng(0)
+    logits = rng.normal(0, 3, (4000, 5))
+    true = numpy.exp(logits / 2.5)
+    true /= true.sum(1, keepdims=True)
+    gold = numpy.asarray([rng.choice(5, p=row) for row in true])
+    over_confident = numpy.exp(logits) / numpy.exp(logits).sum(1, keepdims=True)
+    temperature = fit_temperature(over_confident, gold)
+    assert temperature == pytest.approx(2.5, rel=0.1)
+    scaled = scale_probs(over_confident, temperature)
+    assert numpy.allclose(scaled.sum(1), 1.0, atol=1e-5)
+    assert (scaled.argmax(1) == over_confident.argmax(1)).all()
+    assert numpy.allclose(scaled, true, atol=0.05)
