@@ -24,7 +24,8 @@ textcat: "score_prefix" is the prefix of the component's scores in the metrics
 ("cats" unless configured); "gold" are the reference's labels with a value >= 0.5; "predicted" is
 the top label for exclusive classes, else the labels at or over the
 component's threshold; "scores" holds the predicted probability of each gold
-and predicted label. ner: character offsets (end exclusive) of the entities
+and predicted label; an exclusive classifier's "route" holds the doc's decision
+and confidence (docs/routing.md). ner: character offsets (end exclusive) of the entities
 (or of the span group the component writes in "spans" mode). qa: one entry
 per question of the reference (`doc._.gold_answers`), scored as `score_qa`
 scores it: "exact" and "f1" against the best-matching reference answer, and
@@ -55,6 +56,13 @@ SUMMARY_SCORES: Tuple[Tuple[str, str, bool], ...] = (
     ("cats_macro_r", "Textcat macro R", True),
     ("cats_macro_f", "Textcat macro F", True),
     ("cats_macro_auc", "Textcat macro AUC", True),
+    ("cats_routed_accuracy", "Routed accuracy (in-scope)", True),
+    ("cats_coverage", "In-scope docs routed", True),
+    ("cats_oos_r", "Out-of-scope recall", True),
+    ("cats_oos_p", "Out-of-scope precision", True),
+    ("cats_oos_auroc", "Out-of-scope AUROC", True),
+    ("cats_oos_fpr95", "Out-of-scope FPR95", True),
+    ("cats_ece", "Calibration error (ECE)", True),
     ("ents_p", "NER P", True),
     ("ents_r", "NER R", True),
     ("ents_f", "NER F", True),
@@ -207,7 +215,7 @@ def _textcat_record(pipe: BertTextCategorizer, eg: Example) -> Dict[str, Any]:
         threshold = pipe.cfg["threshold"]
         predicted = [label for label, value in known.items() if value >= threshold]
     shown = dict.fromkeys(gold + predicted)
-    return {
+    record = {
         "task": "textcat",
         "score_prefix": pipe.cfg.get("score_prefix", "cats"),
         "exclusive": pipe.exclusive,
@@ -215,6 +223,13 @@ def _textcat_record(pipe: BertTextCategorizer, eg: Example) -> Dict[str, Any]:
         "predicted": predicted,
         "scores": {label: round(float(known[label]), 4) for label in shown if label in known},
     }
+    route = eg.predicted._.get(pipe.router.attr) if pipe.exclusive else None
+    if route:
+        record["route"] = {
+            "decision": route["decision"],
+            "confidence": round(float(route["confidence"]), 4),
+        }
+    return record
 
 
 def _ner_spans(pipe: BertEntityRecognizer, doc: Doc) -> List[Span]:

@@ -16,10 +16,22 @@ from typing import Any, Dict, Iterable, Iterator, List, Tuple, Union
 from spacy.pipeline import TrainablePipe
 from thinc.api import Model
 
+from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR
+
 # Model attributes that record what happened, not what was configured: the
 # checkpoint an encoder's weights were loaded from, what `context = "auto"`
-# learned from the training docs, and the questions a SlotQAModel's rows answer.
-LEARNED_ATTRS = frozenset({"source", "learned_context", "learned_splitter", "slot_questions"})
+# learned from the training docs, the questions a SlotQAModel's rows answer, and
+# a classifier's calibration (out-of-scope fit and temperature).
+LEARNED_ATTRS = frozenset(
+    {
+        "source",
+        "learned_context",
+        "learned_splitter",
+        "slot_questions",
+        SCOPE_ATTR,
+        TEMPERATURE_ATTR,
+    }
+)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,10 @@
-"""`bert_textcat`: document classification on a BERT encoder."""
+"""`bert_textcat`: document classification on a BERT encoder.
+
+One concept: the `bert_textcat` pipe, from its factory and settings through
+training, prediction, routing and scoring; the work it delegates lives beside it
+(`label_prototypes` for labels by description, `textcat_scope` for routing and
+calibration, `textcat_targets` for gold targets and the loss).
+"""
 
 from typing import (
     Any,
@@ -26,6 +32,7 @@ from thinc.types import Floats2d
 
 from ..corpus_attrs import SOURCE_ATTR
 from ..models.encoder.loaders import HFCheckpointLoader
+from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR
 from .common import (
     ensure_encoding_extension,
     head_pipe,
@@ -41,6 +48,13 @@ from .label_prototypes import (
     read_label_descriptions,
 )
 from .settings import ConfiguredPipe
+from .textcat_scope import (
+    RoutedScores,
+    ScopeRouter,
+    check_scope_settings,
+    ensure_route_extension,
+    route_attr,
+)
 from .textcat_targets import class_weights_of, classifier_loss, count_labels, gold_targets
 
 DEFAULT_TEXTCAT_MODEL = """
@@ -75,6 +89,14 @@ PROTOTYPE_SETTINGS: Dict[str, Any] = {
     "contrastive_weight": 0.0,
     "contrastive_temperature": 0.1,
 }
+# The settings of out-of-scope detection and abstention (exclusive classes),
+# with their defaults (docs/routing.md).
+SCOPE_SETTINGS: Dict[str, Any] = {
+    "oos_method": "max_prob",
+    "oos_threshold": 0.0,
+    "oos_label": None,
+    "ambiguity_margin": 0.0,
+}
 
 
 @Language.factory(
@@ -86,6 +108,7 @@ PROTOTYPE_SETTINGS: Dict[str, Any] = {
         "class_weights": None,
         "score_prefix": "cats",
         "scorer": {"@scorers": "spacy-bert-pipes.textcat_scorer.v1"},
+        **SCOPE_SETTINGS,
         **PROTOTYPE_SETTINGS,
     },
     default_score_weights={
@@ -100,6 +123,15 @@ PROTOTYPE_SETTINGS: Dict[str, Any] = {
         "cats_macro_auc": None,
         "cats_f_per_type": None,
         "cats_accuracy": None,
+        "cats_routed_accuracy": None,
+        "cats_coverage": None,
+        "cats_oos_p": None,
+        "cats_oos_r": None,
+        "cats_oos_f": None,
+        "cats_oos_f2": None,
+        "cats_oos_auroc": None,
+        "cats_oos_fpr95": None,
+        "cats_ece": None,
     },
 )
 def make_bert_textcat(
@@ -110,6 +142,10 @@ def make_bert_textcat(
     class_weights: ClassWeights,
     score_prefix: str,
     scorer: Optional[Callable],
+    oos_method: str,
+    oos_threshold: float,
+    oos_label: Optional[str],
+    ambiguity_margin: float,
     label_descriptions: LabelDescriptions,
     label_names_as_descriptions: bool,
     description_template: str,
@@ -130,7 +166,29 @@ def make_bert_textcat(
     score_prefix (str): The scores' keys start with it ("cats": spaCy's textcat
         keys, cats_score, cats_micro_f, ...); give a second classifier of the same
         pipeline its own prefix so their scores stay apart.
-    scorer (Optional[Callable]): Scoring function, spaCy's textcat keys.
+    scorer (Optional[Callable]): Scoring function, spaCy's textcat keys (and,
+        for exclusive classes, the routing keys: docs/routing.md).
+    The settings below route docs (exclusive classes; docs/routing.md): each doc
+    gets `doc._.route` ({"label", "top", "confidence", "decision"}; a score_prefix
+    other than "cats" writes `doc._.<prefix>_route`).
+    oos_method (str): How sure the component is that a doc fits one of its
+        labels: "max_prob" (the top probability), "mahalanobis" (distance to the
+        nearest class mean of the training docs' vectors) or "knn" (cosine with
+        the nearest training doc). The feature methods need `bert-pipes
+        calibrate`, which also turns every method's score into a confidence in
+        [0, 1] (the share of in-scope dev docs that look less typical); until
+        then the confidence is the top probability.
+    oos_threshold (float): A doc whose confidence is below it is not routed
+        (decision "out_of_scope"); 0 routes every doc. Choose it with `spacy
+        find-threshold` on dev data with out-of-scope docs, or for a coverage
+        with `bert-pipes calibrate --coverage`.
+    oos_label (Optional[str]): A label that means "none of these" (training
+        data with out-of-scope examples): a doc whose top label it is, is out of
+        scope; in evaluation data a doc with this label (or with no positive
+        label) counts as out of scope.
+    ambiguity_margin (float): A doc whose two most probable labels are closer
+        than this is "ambiguous" and not routed (Rasa's FallbackClassifier
+        ambiguity_threshold); 0 turns it off.
     The settings below need a spacy-bert-pipes.PrototypeCatModel.v1 model (labels
     from descriptions and few examples, docs/few_shot.md):
     label_descriptions (Optional[Union[str, Dict[str, Union[str, List[str]]]]]):
@@ -159,6 +217,10 @@ def make_bert_textcat(
         class_weights=class_weights,
         score_prefix=score_prefix,
         scorer=scorer,
+        oos_method=oos_method,
+        oos_threshold=oos_threshold,
+        oos_label=oos_label,
+        ambiguity_margin=ambiguity_margin,
         label_descriptions=label_descriptions,
         label_names_as_descriptions=label_names_as_descriptions,
         description_template=description_template,
@@ -187,10 +249,10 @@ class BertTextCategorizer(ConfiguredPipe):
         class_weights: ClassWeights = None,
         score_prefix: str = "cats",
         scorer: Optional[Callable] = None,
-        **prototype_settings: Any,
+        **settings: Any,
     ) -> None:
         ensure_encoding_extension()
-        unknown = set(prototype_settings) - set(PROTOTYPE_SETTINGS)
+        unknown = set(settings) - set(PROTOTYPE_SETTINGS) - set(SCOPE_SETTINGS)
         if unknown:
             raise TypeError(f"Unknown settings of '{name}': {sorted(unknown)}")
         self.vocab = vocab
@@ -203,9 +265,20 @@ class BertTextCategorizer(ConfiguredPipe):
             "class_weights": class_weights,
             "score_prefix": score_prefix,
             "label_counts": None,
+            **SCOPE_SETTINGS,
             **PROTOTYPE_SETTINGS,
-            **prototype_settings,
+            **settings,
         }
+        cfg = self.cfg
+        check_scope_settings(
+            name,
+            cfg["oos_method"],
+            cfg["oos_threshold"],
+            cfg["ambiguity_margin"],
+            cfg["oos_label"],
+        )
+        if model.attrs["exclusive_classes"]:
+            ensure_route_extension(route_attr(score_prefix))
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -286,25 +359,56 @@ class BertTextCategorizer(ConfiguredPipe):
                 if label not in self.labels:
                     self.prototypes.add_described_label(label, phrases)
 
+    # --- routing (pipeline/textcat_scope.py) ----------------------------------
+    @property
+    def router(self) -> ScopeRouter:
+        """Out-of-scope confidence, decisions and calibration (exclusive classes)."""
+        return ScopeRouter(self.name, self.model, self.cfg)
+
+    def calibrate(
+        self,
+        train: Iterable[Example],
+        dev: Iterable[Example],
+        *,
+        coverage: Optional[float] = None,
+    ) -> Dict[str, Any]:
+        """Fit the temperature and the out-of-scope method (`ScopeRouter.calibrate`)
+        on in-scope docs: the method's statistics on `train`, the temperature and
+        the confidence's reference on `dev`. With `coverage`, set oos_threshold to
+        keep that share of the in-scope dev docs. RETURNS what was fit."""
+        if not self.exclusive:
+            raise ValueError(
+                f"'{self.name}' has multi-label classes: calibrating routes needs "
+                "exclusive_classes = true"
+            )
+        return self.router.calibrate(list(train), list(dev), coverage=coverage)
+
     # --- predict / annotate ---------------------------------------------------
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
         """Annotate a stream of docs in batches (`common.head_pipe`: with its own
         encoder, the next batch is tokenized in a worker thread)."""
         return head_pipe(self, stream, batch_size)
 
-    def predict(self, docs: Iterable[Doc]) -> Floats2d:
-        """Probabilities per label. (n_docs, n_labels). No side effects."""
+    def predict(self, docs: Iterable[Doc]) -> RoutedScores:
+        """Probabilities per label (n_docs, n_labels), temperature-scaled once
+        calibrated, and for exclusive classes each doc's in-scope confidence
+        (n_docs,). No side effects."""
         docs = list(docs)
         if not docs:
-            return self.model.ops.alloc2f(0, len(self.labels))
-        return self.model.predict(docs)
+            empty = numpy.zeros(0, dtype="f") if self.exclusive else None
+            return RoutedScores(self.model.ops.alloc2f(0, len(self.labels)), empty)
+        if not self.exclusive:
+            return RoutedScores(self.model.predict(docs), None)
+        return self.router.predict(docs)
 
-    def set_annotations(self, docs: Iterable[Doc], scores: Floats2d) -> None:
+    def set_annotations(self, docs: Iterable[Doc], scores: RoutedScores) -> None:
+        docs = list(docs)
         # one copy to the host and one conversion to Python floats per batch
-        rows = self.model.ops.to_numpy(scores).tolist()
+        rows = self.model.ops.to_numpy(scores.probs).tolist()
         labels = self.labels
         for doc, row in zip(docs, rows):
             doc.cats.update(zip(labels, row))
+        self.router.set_annotations(docs, scores)
 
     # --- training ---------------------------------------------------------------
     def update(
@@ -429,6 +533,9 @@ class BertTextCategorizer(ConfiguredPipe):
         self.cfg.pop("label_weights", None)
         self.label_weights()  # a bad class_weights setting fails now, not in update
         self.model.initialize(Y=cast(Floats2d, numpy.zeros((1, len(self.labels)), dtype="f")))
+        # a calibration belongs to the weights it was fit on
+        self.model.attrs.pop(SCOPE_ATTR, None)
+        self.model.attrs.pop(TEMPERATURE_ATTR, None)
         if imported is not None:
             imported.set_weights(self.model)
         if self.has_prototypes:
@@ -479,6 +586,8 @@ class BertTextCategorizer(ConfiguredPipe):
             multi_label=not self.exclusive,
             threshold=self.cfg["threshold"],
             prefix=self.cfg["score_prefix"],
+            route_attr=route_attr(self.cfg["score_prefix"]) if self.exclusive else None,
+            oos_label=self.cfg["oos_label"],
         )
         if not own:
             # nothing to score it on (another head's test set): no scores, not zeros

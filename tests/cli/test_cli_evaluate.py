@@ -91,6 +91,8 @@ def flatten(scores: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
     for key, value in scores.items():
         if isinstance(value, dict):
             flat.update(flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, list):  # e.g. the reliability bins
+            flat.update(flatten(dict(enumerate(value)), f"{prefix}{key}."))
         else:
             flat[prefix + key] = value
     return flat

@@ -48,8 +48,9 @@ def test_predict_shapes_and_empty_batch(tiny_bert: Path) -> None:
     textcat = nlp.get_pipe("bert_textcat")
     assert textcat.labels == tuple(sorted(LABELS))
     scores = textcat.predict([nlp.make_doc("hello"), nlp.make_doc("my card")])
-    assert scores.shape == (2, 3)
-    assert textcat.predict([]).shape == (0, 3)
+    assert scores.probs.shape == (2, 3)
+    assert scores.confidence is not None and scores.confidence.shape == (2,)
+    assert textcat.predict([]).probs.shape == (0, 3)
     assert list(nlp.pipe([])) == []
 
 

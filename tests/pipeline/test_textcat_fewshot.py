@@ -54,7 +54,7 @@ def test_zero_shot_initializes_without_examples(tiny_bert: Path) -> None:
     assert top(nlp, "hello world") == "other"
     cats = nlp("something else entirely").cats
     assert sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
-    assert textcat.predict([]).shape == (0, 3)
+    assert textcat.predict([]).probs.shape == (0, 3)
 
 
 def test_label_names_as_descriptions(tiny_bert: Path) -> None:

@@ -1,0 +1,218 @@
+"""Routing with bert_textcat on a tiny random BERT: doc._.route, abstention,
+calibration, saving and loading, spaCy's evaluate and find-threshold."""
+
+from pathlib import Path
+from typing import Any, List
+
+import numpy
+import pytest
+import spacy
+from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
+from spacy.language import Language
+from spacy.tokens import DocBin
+from spacy.training import Example
+
+from spacy_bert_pipes.models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR
+from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline
+
+OUT_OF_SCOPE = ["the weather in rome", "play some jazz music", "book a table for two"]
+# held-out in-scope texts (the training texts would find themselves)
+DEV_TEXTS = [
+    ("my new card has not come", "card"),
+    ("the card is broken", "card"),
+    ("exchange rate today", "fx"),
+    ("which rate of exchange", "fx"),
+    ("hello there", "other"),
+    ("new york city", "other"),
+]
+
+
+def make_nlp(tiny_bert: Path, model: str = "TextCatModel", **settings: Any) -> Language:
+    nlp = spacy.blank("en")
+    config: dict = {"model": {"encoder": SMALL_ENCODER}, **settings}
+    if model == "PrototypeCatModel":
+        config["model"] = {
+            "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
+            "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+        }
+    else:
+        config["model"]["pooling"] = "mean"
+    nlp.add_pipe("bert_textcat", config=config)
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    return nlp
+
+
+def trained(tiny_bert: Path, model: str = "TextCatModel", **settings: Any) -> Language:
+    nlp = make_nlp(tiny_bert, model, **settings)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    for _ in range(20):
+        nlp.update(examples, sgd=optimizer)
+    return nlp
+
+
+def dev_examples(nlp: Language) -> List[Example]:
+    """Held-out in-scope texts and three texts without a label."""
+    examples = textcat_examples(nlp, DEV_TEXTS)
+    for text in OUT_OF_SCOPE:
+        examples.append(
+            Example.from_dict(nlp.make_doc(text), {"cats": {label: 0.0 for label in LABELS}})
+        )
+    return examples
+
+
+def write_corpus(path: Path, examples: List[Example]) -> Path:
+    DocBin(docs=[eg.reference for eg in examples], store_user_data=False).to_disk(path)
+    return path
+
+
+def test_every_doc_gets_a_route(tiny_bert: Path) -> None:
+    nlp = trained(tiny_bert)
+    doc = nlp("my card is lost")
+    route = doc._.route
+    assert set(route) == {"label", "top", "confidence", "decision"}
+    assert route["top"] == max(doc.cats, key=doc.cats.__getitem__)
+    # not calibrated: the confidence is the top probability, and threshold 0 routes all
+    assert route["confidence"] == pytest.approx(max(doc.cats.values()), abs=1e-6)
+    assert route["decision"] == "routed" and route["label"] == route["top"]
+
+
+def test_a_threshold_above_every_confidence_routes_nothing(tiny_bert: Path) -> None:
+    nlp = trained(tiny_bert, oos_threshold=1.0)
+    for doc in nlp.pipe(["my card is lost", "hello"]):
+        assert doc._.route["decision"] == "out_of_scope"
+        assert doc._.route["label"] is None
+        assert doc._.route["top"] in LABELS
+        assert sum(doc.cats.values()) == pytest.approx(1.0, abs=1e-5)  # cats stay
+
+
+def test_ambiguity_margin_marks_close_calls(tiny_bert: Path) -> None:
+    nlp = trained(tiny_bert, ambiguity_margin=1.0)
+    assert nlp("my card is lost")._.route["decision"] == "ambiguous"
+
+
+def test_the_oos_label_is_out_of_scope(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, oos_label="other")
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    for _ in range(30):
+        nlp.update(examples, sgd=optimizer)
+    doc = nlp("hello world")
+    assert doc._.route["top"] == "other"
+    assert doc._.route["decision"] == "out_of_scope"
+    scores = nlp.evaluate(examples)
+    # the two "other" docs are the out-of-scope class
+    assert scores["cats_oos_r"] == 1.0
+    assert scores["cats_accuracy"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "setting,value,message",
+    [
+        ("oos_method", "energy", "oos_method"),
+        ("oos_threshold", 1.5, "oos_threshold"),
+        ("ambiguity_margin", -0.1, "ambiguity_margin"),
+        ("oos_label", " ", "oos_label"),
+    ],
+)
+def test_bad_settings_are_named(tiny_bert: Path, setting: str, value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_nlp(tiny_bert, **{setting: value})
+
+
+@pytest.mark.parametrize(
+    "model,method",
+    [
+        ("TextCatModel", "max_prob"),
+        ("TextCatModel", "mahalanobis"),
+        ("PrototypeCatModel", "knn"),
+    ],
+)
+def test_calibrate_save_load_and_score(
+    tiny_bert: Path, tmp_path: Path, model: str, method: str
+) -> None:
+    nlp = trained(tiny_bert, model, oos_method=method)
+    train = write_corpus(tmp_path / "train.spacy", textcat_examples(nlp))
+    dev = write_corpus(tmp_path / "dev.spacy", dev_examples(nlp))
+    report = calibrate_pipeline(nlp, train, dev, coverage=0.5)
+    textcat = nlp.get_pipe("bert_textcat")
+    assert report["method"] == method and report["temperature"] > 0
+    assert textcat.model.attrs[TEMPERATURE_ATTR] == report["temperature"]
+    assert textcat.model.attrs[SCOPE_ATTR]["method"] == method
+    assert report["dev_in_scope_docs"] == len(DEV_TEXTS)
+    threshold = report["oos_threshold"]
+    assert textcat.cfg["oos_threshold"] == threshold
+    # at least half the in-scope dev docs are routed, those at or above the threshold
+    routes = [doc._.route for doc in nlp.pipe(text for text, _ in DEV_TEXTS)]
+    routed = [r["decision"] == "routed" for r in routes]
+    assert routed == [r["confidence"] >= threshold for r in routes]
+    assert sum(routed) >= len(DEV_TEXTS) // 2
+    nlp.to_disk(tmp_path / "calibrated")
+    loaded = spacy.load(tmp_path / "calibrated")
+    assert loaded.config["components"]["bert_textcat"]["oos_threshold"] == threshold
+    assert [doc._.route for doc in loaded.pipe(text for text, _ in DEV_TEXTS)] == routes
+    assert loaded.get_pipe("bert_textcat").model.attrs[SCOPE_ATTR]["method"] == method
+    scores = loaded.evaluate(dev_examples(loaded))
+    for key in ("cats_oos_auroc", "cats_oos_fpr95", "cats_oos_f", "cats_ece", "cats_coverage"):
+        assert scores[key] is not None, key
+    assert scores["cats_coverage"] == pytest.approx(sum(routed) / len(DEV_TEXTS))
+    # a load-time override of the threshold wins over the saved one
+    everything = spacy.load(
+        tmp_path / "calibrated", config={"components": {"bert_textcat": {"oos_threshold": 0.0}}}
+    )
+    assert all(d._.route["decision"] == "routed" for d in everything.pipe(["a", "b"]))
+
+
+def test_calibrate_errors_name_what_is_missing(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = trained(tiny_bert, oos_method="mahalanobis")
+    only_oos = dev_examples(nlp)[len(DEV_TEXTS) :]
+    dev = write_corpus(tmp_path / "dev.spacy", only_oos)
+    with pytest.raises(ValueError, match="in-scope dev docs"):
+        calibrate_pipeline(nlp, None, dev)
+    good_dev = write_corpus(tmp_path / "good.spacy", dev_examples(nlp))
+    with pytest.raises(ValueError, match="needs in-scope training docs"):
+        calibrate_pipeline(nlp, None, good_dev)
+    with pytest.raises(ValueError, match="coverage"):
+        calibrate_pipeline(nlp, None, good_dev, coverage=1.5)
+    with pytest.raises(ValueError, match="No component 'nope'"):
+        calibrate_pipeline(nlp, None, good_dev, component="nope")
+
+
+def test_multilabel_classes_have_no_routes(tiny_bert: Path) -> None:
+    nlp = trained(tiny_bert)
+    nlp.remove_pipe("bert_textcat")
+    nlp.add_pipe(
+        "bert_textcat",
+        name="multi",
+        config={
+            "score_prefix": "multi",
+            "model": {"encoder": SMALL_ENCODER, "exclusive_classes": False},
+        },
+    )
+    nlp.config["initialize"]["components"]["multi"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    doc = nlp("my card")
+    assert not doc.has_extension("multi_route")
+    with pytest.raises(ValueError, match="exclusive"):
+        nlp.get_pipe("multi").calibrate([], [])
+
+
+def test_spacy_find_threshold_finds_the_routing_threshold(tiny_bert: Path, tmp_path: Path) -> None:
+    from spacy.cli.find_threshold import find_threshold
+
+    nlp = trained(tiny_bert, oos_method="max_prob")
+    dev = write_corpus(tmp_path / "dev.spacy", dev_examples(nlp))
+    nlp.to_disk(tmp_path / "model")
+    best, score, scores = find_threshold(
+        tmp_path / "model", dev, "bert_textcat", "oos_threshold", "cats_oos_f", n_trials=5
+    )
+    assert set(scores) == {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert score == max(scores.values())
+    # what find-threshold measured at its best threshold is what the pipeline does with it
+    loaded = spacy.load(
+        tmp_path / "model", config={"components": {"bert_textcat": {"oos_threshold": best}}}
+    )
+    assert loaded.evaluate(dev_examples(loaded))["cats_oos_f"] == pytest.approx(score)
+    assert numpy.isfinite(score)
