@@ -4,6 +4,7 @@
 from . import (  # noqa: F401
     annotate,
     assemble,
+    calibrate,
     convert,
     distill,
     evaluate,
