@@ -4,10 +4,11 @@ An output row (`doc_to_row`) has the columns `OUTPUT_COLUMNS`:
 
     {"id": str, "cats": {label: probability} | None,
      "entities": [{"text", "label", "start", "end", "score"}, ...],
-     "answers": doc._.answers or []}
+     "answers": doc._.answers or [],
+     "route": doc._.route | None}
 
 JSONL writes one object per line; CSV (with a header row) and Parquet (every
-column a string) hold the last three as JSON text. A folder OUTPUT holds
+column a string) hold the last four as JSON text. A folder OUTPUT holds
 Parquet shards. With `annotate --vectors`, a fifth column, "vector", holds
 each doc's `doc.vector` (`VectorColumn`): a list of floats in JSONL, a
 fixed-size list of float32 (or float16) values in Parquet; never in CSV.
@@ -42,8 +43,11 @@ OUTPUT_SUFFIXES: Dict[str, OutputFormat] = {
     ".csv": "csv",
     ".parquet": "parquet",
 }
-# The output columns, in order; in CSV and Parquet the last three hold JSON text.
-OUTPUT_COLUMNS = ("id", "cats", "entities", "answers")
+# The output columns, in order; in CSV and Parquet the last four hold JSON text.
+OUTPUT_COLUMNS = ("id", "cats", "entities", "answers", "route")
+# Columns that outputs written before they existed lack: read back as None.
+LATER_COLUMNS = ("route",)
+REQUIRED_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c not in LATER_COLUMNS)
 # The optional column of `annotate --vectors`, after OUTPUT_COLUMNS.
 VECTOR_COLUMN = "vector"
 ERRORS_SUFFIX = ".errors.jsonl"
@@ -103,7 +107,9 @@ def doc_to_row(doc: Doc, doc_id: Optional[str] = None) -> Dict[str, Any]:
         no text classifier set `doc.cats`; "entities": one {"text", "label",
         "start", "end", "score"} per entity of `doc.ents` (character offsets,
         end exclusive; the score is `span._.bert_ner_score`, None when the
-        entity has none); "answers": `doc._.answers` (see bert_qa), or [].
+        entity has none); "answers": `doc._.answers` (see bert_qa), or [];
+        "route": `doc._.route`, an exclusive bert_textcat's decision ({"label",
+        "top", "confidence", "decision"}, docs/routing.md), or None.
     """
     has_score = Span.has_extension("bert_ner_score")
     entities = [
@@ -117,11 +123,13 @@ def doc_to_row(doc: Doc, doc_id: Optional[str] = None) -> Dict[str, Any]:
         for ent in doc.ents
     ]
     answers = doc._.get("answers") if Doc.has_extension("answers") else None
+    route = doc._.get("route") if Doc.has_extension("route") else None
     return {
         "id": doc_id,
         "cats": {label: float(score) for label, score in doc.cats.items()} or None,
         "entities": entities,
         "answers": _plain(answers or []),
+        "route": _plain(route) if route else None,
     }
 
 
@@ -317,7 +325,9 @@ def _jsonl_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
     for where, record in read_jsonl_records(path):
         if not isinstance(record, dict):
             raise ConversionError(where, f"not a JSON object: {_show(record)}")
-        missing = [c for c in OUTPUT_COLUMNS if c not in record]
+        missing = [c for c in REQUIRED_COLUMNS if c not in record]
+        for column in LATER_COLUMNS:
+            record.setdefault(column, None)
         if missing:
             raise ConversionError(
                 where,
@@ -371,7 +381,8 @@ def _parquet_output_rows(path: Path, shards: List[Path]) -> Iterator[Tuple[str, 
             _check_columns(str(shard), file_.schema_arrow.names)
             number = 0
             batches = file_.iter_batches(
-                batch_size=PARQUET_BATCH_ROWS, columns=list(OUTPUT_COLUMNS)
+                batch_size=PARQUET_BATCH_ROWS,
+                columns=[c for c in OUTPUT_COLUMNS if c in file_.schema_arrow.names],
             )
             for batch in batches:
                 for row in batch.to_pylist():
@@ -383,7 +394,7 @@ def _parquet_output_rows(path: Path, shards: List[Path]) -> Iterator[Tuple[str, 
 
 
 def _check_columns(where: str, names: List[str]) -> None:
-    missing = [c for c in OUTPUT_COLUMNS if c not in names]
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise ConversionError(
             where,
@@ -394,9 +405,12 @@ def _check_columns(where: str, names: List[str]) -> None:
 
 
 def _parse_cells(row: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """A CSV or Parquet row with its JSON text cells (cats, entities, answers) parsed."""
+    """A CSV or Parquet row with its JSON text cells (cats, entities, answers,
+    route) parsed."""
     if row["id"] is None:
         return row  # the caller says what is wrong
+    for column in LATER_COLUMNS:
+        row.setdefault(column, "null")
     for column in OUTPUT_COLUMNS[1:]:
         try:
             row[column] = json.loads(row[column])

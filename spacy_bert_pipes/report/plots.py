@@ -325,3 +325,77 @@ def draw_collection_map(
         handles, names, loc="outside right upper", fontsize=8, frameon=False, markerscale=1.5
     )
     fig.savefig(path)
+
+
+def draw_risk_coverage(
+    path: Path, curve: List[Dict[str, float]], title: str, operating: Optional[Tuple[float, float]]
+) -> None:
+    """Accuracy of the routed docs against the share routed, the most confident
+    first, with the threshold's operating point (coverage, accuracy) marked."""
+    Figure = figure_class()
+    fig = Figure(figsize=(5.6, 4.2), dpi=110)
+    fig.set_layout_engine("constrained")
+    ax = fig.add_subplot()
+    xs = [p["coverage"] * 100 for p in curve]
+    ys = [p["accuracy"] * 100 for p in curve]
+    ax.plot(xs, ys, color="#2a788e", linewidth=2, label="most confident first")
+    if operating is not None:
+        ax.scatter(
+            [operating[0] * 100],
+            [operating[1] * 100],
+            color="#d1495b",
+            zorder=3,
+            label=f"threshold: {operating[0] * 100:.1f}% routed, {operating[1] * 100:.1f}% right",
+        )
+    ax.set_xlabel("docs routed (%)")
+    ax.set_ylabel("accuracy of the routed docs (%)")
+    ax.set_xlim(0, 101)
+    ax.set_ylim(min(ys + [80.0]) - 2, 100.5)
+    ax.grid(alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_title(title, fontsize=10.5)
+    ax.legend(fontsize=8, frameon=False, loc="lower left")
+    fig.savefig(path)
+
+
+def draw_reliability(
+    path: Path, bins: List[Dict[str, float]], title: str, ece: Optional[float]
+) -> None:
+    """Reliability diagram: each bin's accuracy against its mean top probability
+    (the diagonal is perfect calibration), the bins' doc counts below."""
+    Figure = figure_class()
+    fig = Figure(figsize=(5.2, 5.2), dpi=110)
+    fig.set_layout_engine("constrained")
+    ax, counts = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    width = (bins[0]["high"] - bins[0]["low"]) * 100 if bins else 6.67
+    centres = [(b["low"] + b["high"]) / 2 * 100 for b in bins]
+    ax.bar(
+        centres,
+        [b["accuracy"] * 100 for b in bins],
+        width * 0.9,
+        color="#7ab8c4",
+        edgecolor="#2a788e",
+        label="accuracy in the bin",
+    )
+    ax.scatter(
+        centres,
+        [b["confidence"] * 100 for b in bins],
+        color="#d1495b",
+        s=14,
+        zorder=3,
+        label="mean top probability",
+    )
+    ax.plot([0, 100], [0, 100], color="grey", linestyle="--", linewidth=1)
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 102)
+    ax.legend(fontsize=8, frameon=False, loc="upper left")
+    shown = f" (ECE {ece:.3f})" if ece is not None else ""
+    ax.set_title(title + shown, fontsize=10.5)
+    counts.bar(centres, [b["docs"] for b in bins], width * 0.9, color="#bbbbbb")
+    counts.set_yscale("log")
+    counts.set_ylabel("docs")
+    counts.set_xlabel("top probability (%)")
+    counts.set_xlim(0, 100)
+    for axis in (ax, counts):
+        axis.spines[["top", "right"]].set_visible(False)
+    fig.savefig(path)

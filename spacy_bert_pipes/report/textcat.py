@@ -16,6 +16,20 @@ from .plots import (
     Figures,
     draw_confusion,
     draw_f1_bars,
+    draw_reliability,
+    draw_risk_coverage,
+)
+
+# The routing scores of an exclusive bert_textcat (docs/routing.md), as shown.
+ROUTING_SCORES = (
+    ("Accuracy of the routed docs over all in-scope docs", "routed_accuracy"),
+    ("In-scope docs routed (coverage)", "coverage"),
+    ("Out-of-scope recall", "oos_r"),
+    ("Out-of-scope precision", "oos_p"),
+    ("Out-of-scope F1", "oos_f"),
+    ("Out-of-scope F2", "oos_f2"),
+    ("Out-of-scope AUROC", "oos_auroc"),
+    ("Out-of-scope docs kept at 95% in-scope recall (FPR95)", "oos_fpr95"),
 )
 
 
@@ -45,6 +59,8 @@ def textcat_section(run: Run, prefix: str, figures: Figures) -> List[Block]:
     ]
     blocks.append(Table(["Score", "Value"], rows))
     stem = run.name if prefix == "cats" else f"{run.name}_{prefix}"
+    if exclusive:
+        blocks += _routing(s, prefix, stem, figures)
     if per_label:
         blocks += figures.image(
             f"{stem}_textcat_f1",
@@ -169,4 +185,52 @@ def _multilabel_errors(component: str, records: List[Dict[str, Any]]) -> List[Bl
             Paragraph("Docs with wrong labels:"),
             Table(["Text", "Gold", "Predicted"], rows, "lll"),
         ]
+    return blocks
+
+
+def _routing(s: Dict[str, Any], prefix: str, stem: str, figures: Figures) -> List[Block]:
+    """Routing scores, the risk-coverage curve and the reliability diagram of an
+    exclusive classifier (nothing for a run without routes)."""
+    curve = s.get(f"{prefix}_risk_coverage")
+    bins = s.get(f"{prefix}_reliability")
+    if not curve and not bins:
+        return []
+    rows = [
+        [name, pct(s[f"{prefix}_{key}"])]
+        for name, key in ROUTING_SCORES
+        if s.get(f"{prefix}_{key}") is not None
+    ]
+    ece = s.get(f"{prefix}_ece")
+    if ece is not None:
+        rows.append(["Expected calibration error, in-scope docs (15 bins)", f"{ece:.4f}"])
+    blocks: List[Block] = [Heading(4, "Routing"), Table(["Score", "Value"], rows)]
+    coverage, routed = s.get(f"{prefix}_coverage"), s.get(f"{prefix}_routed_accuracy")
+    if curve:
+        operating = None
+        if coverage and routed is not None:
+            operating = (float(coverage), float(routed) / float(coverage))
+        blocks += figures.image(
+            f"{stem}_risk_coverage",
+            f"Risk-coverage curve, {stem}",
+            draw_risk_coverage,
+            curve,
+            f"{stem}: accuracy against docs routed (all docs)",
+            operating,
+        )
+        blocks.append(
+            Paragraph(
+                "The curve routes the most confident docs first; an out-of-scope doc "
+                "routed counts as wrong. The dot is the configured threshold (in-scope "
+                "docs only)."
+            )
+        )
+    if bins:
+        blocks += figures.image(
+            f"{stem}_reliability",
+            f"Reliability diagram, {stem}",
+            draw_reliability,
+            bins,
+            f"{stem}: reliability of the top probability",
+            ece,
+        )
     return blocks

@@ -69,8 +69,11 @@ def test_output_rows(pipeline: str, tmp_path: Path) -> None:
     lines = output.read_text(encoding="utf8").splitlines()
     rows = [json.loads(line) for line in lines]
     for row, text in zip(rows, TEXTS):
-        assert list(row) == ["id", "cats", "entities", "answers"]
+        assert list(row) == ["id", "cats", "entities", "answers", "route"]
         assert sorted(row["cats"]) == ["card", "other"]
+        # the classifier routes every doc (no threshold): its top label
+        top = max(row["cats"], key=row["cats"].__getitem__)
+        assert row["route"]["decision"] == "routed" and row["route"]["label"] == top
         assert sum(row["cats"].values()) == pytest.approx(1.0, abs=1e-5)
         assert row["answers"] == []
         for ent in row["entities"]:
@@ -257,7 +260,9 @@ def test_questions_need_a_qa_component(tmp_path: Path) -> None:
     for suffix in (".jsonl", ".csv", ".parquet"):
         output = tmp_path / f"out{suffix}"
         run(str(blank), input_path, output)
-        assert read_output(output) == [{"id": "0", "cats": None, "entities": [], "answers": []}]
+        assert read_output(output) == [
+            {"id": "0", "cats": None, "entities": [], "answers": [], "route": None}
+        ]
 
 
 def test_n_process_2_gives_the_same_rows(pipeline: str, tmp_path: Path) -> None:

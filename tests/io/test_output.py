@@ -22,14 +22,21 @@ from spacy_bert_pipes.io.output import (
 from spacy_bert_pipes.io.rows import InputRow
 
 ROWS: List[Dict[str, Any]] = [
-    {"id": "a", "cats": {"x": 0.25, "y": 0.75}, "entities": [], "answers": []},
+    {
+        "id": "a",
+        "cats": {"x": 0.25, "y": 0.75},
+        "entities": [],
+        "answers": [],
+        "route": {"label": None, "top": "y", "confidence": 0.02, "decision": "out_of_scope"},
+    },
     {
         "id": 'b, "quoted"\nline',
         "cats": None,
         "entities": [{"text": "Zoë", "label": "PER", "start": 0, "end": 3, "score": 0.5}],
         "answers": [{"key": "k", "text": "", "score": 0.1}],
+        "route": None,
     },
-    {"id": "c", "cats": {"x": 1.0}, "entities": [], "answers": []},
+    {"id": "c", "cats": {"x": 1.0}, "entities": [], "answers": [], "route": None},
 ]
 
 
@@ -93,3 +100,14 @@ def test_error_records_round_trip(tmp_path: Path) -> None:
     path.write_text(json.dumps({"id": "x"}) + "\n")
     with pytest.raises(ConversionError, match=":1: not an error record"):
         list(read_error_records(path))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_outputs_written_before_the_route_column_read_back(tmp_path: Path, fmt: str) -> None:
+    old = tmp_path / f"old.{fmt}"
+    if fmt == "jsonl":
+        old.write_text('{"id": "a", "cats": null, "entities": [], "answers": []}\n')
+    else:
+        old.write_text("id,cats,entities,answers\na,null,[],[]\n")
+    rows = [row for _, row in read_output_rows(old)]
+    assert rows == [{"id": "a", "cats": None, "entities": [], "answers": [], "route": None}]
