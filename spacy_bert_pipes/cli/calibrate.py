@@ -1,15 +1,15 @@
 """`bert-pipes calibrate PIPELINE OUTPUT`: fit a trained `bert_textcat`'s
 temperature and out-of-scope score on held-out data; `bert-pipes threshold
-PIPELINE DEV OUTPUT`: choose its abstention threshold with spaCy's own
-find-threshold and save it (docs/routing.md)."""
+PIPELINE DEV OUTPUT`: choose its abstention threshold by spaCy's
+find-threshold's trials and save it (docs/routing.md)."""
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, cast
 
 import srsly
 import typer
 
-from ..pipeline.textcat_scope import calibrate_pipeline
+from ..pipeline.textcat_scope import calibrate_pipeline, sweep_thresholds
 from .common import app, fail
 
 
@@ -118,18 +118,23 @@ def threshold_cli(
         False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
     ),
 ) -> None:
-    """Choose a bert_textcat's oos_threshold with spaCy's own find-threshold
-    (the same trials as `python -m spacy find-threshold PIPELINE DEV COMPONENT
-    oos_threshold KEY -n TRIALS`) and save the pipeline with the best one."""
+    """Choose a bert_textcat's oos_threshold on dev data with out-of-scope docs
+    and save the pipeline with it. The trials and the best threshold are those of
+    `python -m spacy find-threshold PIPELINE DEV COMPONENT oos_threshold KEY -n
+    TRIALS`, from one prediction pass instead of a pipeline run a trial."""
     import spacy
-    from spacy.cli.find_threshold import find_threshold
 
     if not overwrite and output.is_dir() and any(output.iterdir()):
         fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
-    best, score, scores = find_threshold(
-        str(pipeline), dev, component, "oos_threshold", key, n_trials=trials, use_gpu=gpu_id
-    )
-    nlp = spacy.load(pipeline, config={"components": {component: {"oos_threshold": best}}})
+    if gpu_id >= 0:
+        spacy.require_gpu(gpu_id)
+    nlp = spacy.load(pipeline)
+    try:
+        best, score, scores = sweep_thresholds(nlp, dev, component, key, trials)
+    except ValueError as error:
+        fail(str(error))
+    cast(Any, nlp.get_pipe(component)).cfg["oos_threshold"] = best
+    nlp.get_pipe_config(component)["oos_threshold"] = best
     nlp.to_disk(output)
     if report is not None:
         srsly.write_json(
@@ -139,7 +144,7 @@ def threshold_cli(
                 "key": key,
                 "best_threshold": best,
                 "best_score": score,
-                "scores": [{"threshold": t, key: s} for t, s in sorted(scores.items())],
+                "scores": [{"threshold": t, key: v} for t, v in sorted(scores.items())],
             },
         )
     typer.echo(f"Best {key} {score:.4f} at oos_threshold {best:.4f}; saved to {output}")
