@@ -1,5 +1,7 @@
 """`bert-pipes add-label PIPELINE OUTPUT`: new labels on a trained `bert_textcat`
-(with label prototypes) from their descriptions and a few examples, no training."""
+(with label prototypes) from their descriptions and a few examples, no training;
+`bert-pipes adapt PIPELINE TEXTS OUTPUT`: its prototypes adapted to unlabelled
+texts of the domain."""
 
 from collections import defaultdict
 from pathlib import Path
@@ -8,8 +10,9 @@ from typing import Dict, List, Optional
 import srsly
 import typer
 
+from ..io import ConversionError, read_input
 from ..pipeline.label_prototypes import add_labels, read_label_descriptions
-from .common import app, fail
+from .common import app, fail, text_column_option
 
 
 @app.command("add-label")
@@ -58,3 +61,73 @@ def add_label_cli(
         fail(str(error))
     nlp.to_disk(output)
     typer.echo(f"Added {len(added)} label(s) to {output}: {', '.join(added)}")
+
+
+@app.command("adapt")
+def adapt_cli(
+    pipeline: Path = typer.Argument(
+        ..., help="A pipeline whose bert_textcat has label prototypes", metavar="PIPELINE"
+    ),
+    texts: Path = typer.Argument(
+        ...,
+        help="Unlabelled texts of the domain: CSV, JSONL, Parquet or a folder of .txt files",
+        metavar="TEXTS",
+        exists=True,
+    ),
+    output: Path = typer.Argument(
+        ...,
+        help="The folder for the adapted pipeline: new or empty, unless --overwrite",
+        metavar="OUTPUT",
+        file_okay=False,
+    ),
+    text_column: str = text_column_option(),
+    min_confidence: Optional[float] = typer.Option(
+        None,
+        "--min-confidence",
+        help="Use only texts routed with at least this confidence (default: the "
+        "component's oos_threshold when set, else 0.9); 0 uses every text",
+    ),
+    rounds: int = typer.Option(10, "--rounds", help="Rounds of self-training"),
+    weight: float = typer.Option(4.0, "--weight", help="Weight of the texts' mean per round"),
+    component: Optional[str] = typer.Option(
+        None, "--component", help="The bert_textcat to adapt (default: the only one)"
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
+    ),
+) -> None:
+    """Adapt a bert_textcat's label prototypes to unlabelled texts of its domain
+    (docs/few_shot.md), using only the texts it would route (docs/routing.md)."""
+    import spacy
+
+    if not overwrite and output.is_dir() and any(output.iterdir()):
+        fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
+    if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
+        fail(f"--min-confidence must be in [0, 1], got {min_confidence}")
+    try:
+        rows = list(read_input(texts, text_column=text_column))
+    except ConversionError as error:
+        fail(str(error))
+    bad = [row for row in rows if row.error is not None]
+    if bad:
+        fail(f"{bad[0].source}: {bad[0].error} ({len(bad)} row(s) cannot be read)")
+    try:
+        nlp = spacy.load(pipeline)
+        names = [name for name, pipe in nlp.pipeline if hasattr(pipe, "adapt_to_texts")]
+        if component is None:
+            if len(names) != 1:
+                fail(f"Name the bert_textcat to adapt with --component; found {names}")
+            component = names[0]
+        if component not in names:
+            fail(f"'{component}' is not a bert_textcat of {pipeline}; found {names}")
+        pipe = nlp.get_pipe(component)
+        docs = [nlp.make_doc(row.text or "") for row in rows]
+        counts = pipe.adapt_to_texts(docs, rounds, weight, min_confidence)  # type: ignore[attr-defined]
+    except ValueError as error:
+        fail(str(error))
+    nlp.to_disk(output)
+    used = sum(counts.values())
+    typer.echo(f"Adapted '{component}' to {used} of {len(docs)} texts (the others not routed)")
+    for label, n in sorted(counts.items(), key=lambda item: -item[1]):
+        typer.echo(f"  {label}: {n}")
+    typer.echo(f"Saved to {output}")

@@ -46,6 +46,7 @@ from ..models.heads.prototypes import (
     self_trained_prototypes,
     store_prototypes,
 )
+from .textcat_scope import ScopeRouter
 from .textcat_targets import gold_targets
 
 LabelDescriptions = Optional[Union[str, Dict[str, Union[str, List[str]]]]]
@@ -329,7 +330,11 @@ class LabelPrototypes:
             self.remember_descriptions([label], {label: phrases}, [described])
 
     def adapt_to_texts(
-        self, docs: Sequence[Doc], rounds: int = 10, weight: float = 4.0
+        self,
+        docs: Sequence[Doc],
+        rounds: int = 10,
+        weight: float = 4.0,
+        min_confidence: float = 0.0,
     ) -> Dict[str, int]:
         """Move the prototypes of an initialized (zero-shot, few-shot or trained)
         exclusive component towards unlabelled docs of its domain: `rounds` times,
@@ -338,7 +343,13 @@ class LabelPrototypes:
         (`models.heads.prototypes.self_trained_prototypes`). The encoder, the
         temperature and the remembered examples stay as they are.
 
-        RETURNS (Dict[str, int]): label -> the number of docs nearest it at the end.
+        min_confidence (float): Only the docs whose in-scope confidence (as
+            `doc._.route` gives it, `textcat_scope.ScopeRouter`) is at least this
+            take part: texts that fit none of the labels would pull the
+            prototypes away from them. 0 takes every doc.
+        RETURNS (Dict[str, int]): label -> the number of docs nearest it at the
+            end (docs left out count for none; all 0 when none is kept, and the
+            prototypes stay).
         """
         if not self.exclusive:
             raise ValueError(
@@ -349,6 +360,12 @@ class LabelPrototypes:
             raise ValueError(f"rounds must be >= 1 and weight > 0, got {rounds}, {weight}")
         if not docs:
             raise ValueError(f"'{self.name}': no texts to adapt the prototypes to")
+        if min_confidence > 0:
+            confidence = ScopeRouter(self.name, self.model, self.cfg).predict(list(docs))[1]
+            assert confidence is not None
+            docs = [doc for doc, c in zip(docs, confidence.tolist()) if c >= min_confidence]
+            if not docs:
+                return {label: 0 for label in self.labels}
         output = self.model.get_ref("output")
         W = self.model.ops.to_numpy(output.get_param("W"))
         start = W / numpy.maximum(numpy.linalg.norm(W, axis=1, keepdims=True), 1e-12)

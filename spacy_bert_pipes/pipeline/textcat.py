@@ -89,6 +89,9 @@ PROTOTYPE_SETTINGS: Dict[str, Any] = {
     "contrastive_weight": 0.0,
     "contrastive_temperature": 0.1,
 }
+# adapt_to_texts uses only the docs routed with at least this confidence when the
+# component has no oos_threshold (docs/few_shot.md; bench/route_adapt.py)
+ADAPT_MIN_CONFIDENCE = 0.9
 # The settings of out-of-scope detection and abstention (exclusive classes),
 # with their defaults (docs/routing.md).
 SCOPE_SETTINGS: Dict[str, Any] = {
@@ -344,11 +347,19 @@ class BertTextCategorizer(ConfiguredPipe):
         self.prototypes.add_described_label(label, descriptions, examples)
 
     def adapt_to_texts(
-        self, docs: Sequence[Doc], rounds: int = 10, weight: float = 4.0
+        self,
+        docs: Sequence[Doc],
+        rounds: int = 10,
+        weight: float = 4.0,
+        min_confidence: Optional[float] = None,
     ) -> Dict[str, int]:
         """Move the prototypes towards unlabelled docs of the domain (self-training,
-        `LabelPrototypes.adapt_to_texts`); label -> docs nearest it at the end."""
-        return self.prototypes.adapt_to_texts(list(docs), rounds, weight)
+        `LabelPrototypes.adapt_to_texts`), using only the docs routed with at
+        least `min_confidence` (default: oos_threshold when set, else
+        ADAPT_MIN_CONFIDENCE); label -> docs nearest it at the end."""
+        if min_confidence is None:
+            min_confidence = float(self.cfg["oos_threshold"]) or ADAPT_MIN_CONFIDENCE
+        return self.prototypes.adapt_to_texts(list(docs), rounds, weight, min_confidence)
 
     def check_loaded(self) -> None:
         """After loading: add the labels of the label_descriptions setting that the

@@ -112,3 +112,25 @@ def test_add_label_labels_of_the_examples_must_be_strings(trained: Path, tmp_pat
     assert result.exit_code == 1
     assert f"{examples}:2" in result.output and "['top_up', 'pin']" in result.output
     assert not out.exists()
+
+
+def test_adapt_saves_prototypes_moved_towards_the_texts(trained: Path, tmp_path: Path) -> None:
+    texts = tmp_path / "tickets.jsonl"
+    rows = [{"body": "my card has not come"}, {"body": "exchange rate please"}, {"body": "hi"}]
+    texts.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf8")
+    out = tmp_path / "adapted"
+    args = ["adapt", str(trained), str(texts), str(out), "--text-column", "body"]
+    result = runner.invoke(app, args + ["--min-confidence", "0"])
+    assert result.exit_code == 0, result.output
+    assert "Adapted 'bert_textcat' to 3 of 3 texts" in result.output
+    before = spacy.load(trained).get_pipe("bert_textcat").model.get_ref("output").get_param("W")
+    after = spacy.load(out).get_pipe("bert_textcat").model.get_ref("output").get_param("W")
+    assert not (before == after).all()
+    again = runner.invoke(app, args)
+    assert again.exit_code != 0 and "not empty" in again.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"body": "fine"}\n{"text": "no body"}\n', encoding="utf8")
+    failed = runner.invoke(app, ["adapt", str(trained), str(bad), str(tmp_path / "x")])
+    assert failed.exit_code != 0 and "bad.jsonl:1" in failed.output
+    wrong = runner.invoke(app, args[:3] + [str(tmp_path / "y"), "--min-confidence", "2"])
+    assert wrong.exit_code != 0 and "--min-confidence" in wrong.output

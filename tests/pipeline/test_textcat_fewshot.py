@@ -363,7 +363,7 @@ def test_adapting_to_unlabelled_texts_moves_the_prototypes(tiny_bert: Path) -> N
     textcat = nlp.get_pipe("bert_textcat")
     W0 = textcat.model.get_ref("output").get_param("W").copy()
     docs = [nlp.make_doc(text) for text, _ in TRAIN_TEXTS]
-    counts = textcat.adapt_to_texts(docs, rounds=2, weight=1.0)
+    counts = textcat.adapt_to_texts(docs, rounds=2, weight=1.0, min_confidence=0.0)
     assert set(counts) == set(textcat.labels) and sum(counts.values()) == len(docs)
     W1 = textcat.model.get_ref("output").get_param("W")
     changed = [not numpy.allclose(W0[j], W1[j]) for j in range(len(textcat.labels))]
@@ -373,6 +373,27 @@ def test_adapting_to_unlabelled_texts_moves_the_prototypes(tiny_bert: Path) -> N
             assert not changed[j]
     cats = nlp("hello world").cats
     assert sum(cats.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_adapting_uses_only_the_texts_it_would_route(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert, label_descriptions=DESCRIPTIONS)
+    nlp.initialize()
+    textcat = nlp.get_pipe("bert_textcat")
+    docs = [nlp.make_doc(text) for text, _ in TRAIN_TEXTS]
+    confidence = [doc._.route["confidence"] for doc in nlp.pipe(text for text, _ in TRAIN_TEXTS)]
+    cut = sorted(confidence)[len(confidence) // 2]
+    state = textcat.model.to_bytes()
+    counts = textcat.adapt_to_texts(docs, rounds=2, weight=1.0, min_confidence=cut)
+    assert sum(counts.values()) == sum(c >= cut for c in confidence) < len(docs)
+    # nothing confident enough: the prototypes stay
+    textcat.model.from_bytes(state)
+    W0 = textcat.model.get_ref("output").get_param("W").copy()
+    counts = textcat.adapt_to_texts(docs, min_confidence=max(confidence) + 1e-3)
+    assert sum(counts.values()) == 0
+    assert numpy.array_equal(W0, textcat.model.get_ref("output").get_param("W"))
+    # the default: oos_threshold when set
+    textcat.cfg["oos_threshold"] = cut
+    assert sum(textcat.adapt_to_texts(docs, rounds=2).values()) == sum(c >= cut for c in confidence)
 
 
 def test_adapting_needs_exclusive_prototypes_and_texts(tiny_bert: Path) -> None:
