@@ -1,16 +1,18 @@
-"""Write a random sample of a .spacy file (e.g. a monitoring dev set).
+"""Write a random sample of a .spacy file (e.g. a dev set), and optionally the
+docs not drawn (the training set that the dev set is held out of).
 
-    python scripts/sample_docs.py INPUT.spacy OUTPUT.spacy N [--seed 0]
+    python scripts/sample_docs.py INPUT.spacy OUTPUT.spacy N [--seed 0] [--rest REST.spacy]
 
-N <= 0 or N >= the number of docs copies every doc, in order.
+N <= 0 or N >= the number of docs copies every doc, in order. REST may be INPUT.
 """
 
 import random
 from pathlib import Path
+from typing import List, Optional
 
 import spacy
 import typer
-from spacy.tokens import DocBin
+from spacy.tokens import Doc, DocBin
 
 
 def main(
@@ -18,16 +20,23 @@ def main(
     output_path: Path = typer.Argument(...),
     n: int = typer.Argument(..., help="Docs to keep; <= 0 keeps all"),
     seed: int = typer.Option(0, help="Random seed"),
+    rest: Optional[Path] = typer.Option(None, help="Also write the docs not drawn here"),
 ) -> None:
     nlp = spacy.blank("en")
     docs = list(DocBin().from_disk(input_path).get_docs(nlp.vocab))
+    drawn = set(range(len(docs)))
     if 0 < n < len(docs):
-        keep = sorted(random.Random(seed).sample(range(len(docs)), n))
-        docs = [docs[i] for i in keep]
-    output_path.parent.mkdir(parents=True, exist_ok=True)
+        drawn = set(random.Random(seed).sample(range(len(docs)), n))
+    write([docs[i] for i in sorted(drawn)], output_path)
+    if rest is not None:
+        write([doc for i, doc in enumerate(docs) if i not in drawn], rest)
+
+
+def write(docs: List[Doc], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     # user data holds e.g. the questions and gold answers of QA docs
-    DocBin(docs=docs, store_user_data=True).to_disk(output_path)
-    typer.echo(f"Wrote {len(docs)} docs to {output_path}")
+    DocBin(docs=docs, store_user_data=True).to_disk(path)
+    typer.echo(f"Wrote {len(docs)} docs to {path}")
 
 
 if __name__ == "__main__":

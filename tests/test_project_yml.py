@@ -26,8 +26,8 @@ def test_similar_runs_between_annotate_and_report() -> None:
             "all",
             "",
             "collection",
-            "train-multitask",
-            "training/multitask/model-last",
+            "calibrate-multitask",
+            "training/multitask/model-routed",
             "corpus/collection.jsonl",
         ),
         (
@@ -122,8 +122,16 @@ def test_all_annotates_with_the_one_pass_pipeline() -> None:
     assert set(workflows["all"]) | set(workflows["apart"]) <= set(workflows["one-pass"])
     assert workflows["one-pass"][-2:] == ["compare-one-pass", "report"]
     annotate = command(config, "annotate")
-    assert "annotate training/multitask/model-last " in annotate["script"][0]
-    assert annotate["deps"][0] == "training/multitask/model-last"
+    assert "annotate training/multitask/model-routed " in annotate["script"][0]
+    assert annotate["deps"][0] == "training/multitask/model-routed"
+    # the intents are calibrated on held-out dev queries to route 95% of them
+    calibrate = command(config, "calibrate-multitask")
+    steps = workflows["all"]
+    assert steps.index("train-multitask") < steps.index("calibrate-multitask")
+    assert steps.index("calibrate-multitask") < steps.index("evaluate-multitask")
+    assert "--coverage ${vars.intents_coverage}" in calibrate["script"][0]
+    assert config["vars"]["intents_coverage"] == 0.95
+    assert "--rest corpus/banking77/train.spacy" in command(config, "convert-textcat")["script"][2]
     # the shared pass answers fixed slot questions only: no per-row questions
     assert "--questions-column" not in annotate["script"][0]
     report = command(config, "report")
@@ -276,3 +284,25 @@ def test_every_script_path_of_a_command_is_a_dep_or_an_output() -> None:
                     assert word in declared or any(
                         d.startswith(word + "/") or word.startswith(d + "/") for d in declared
                     ), (name, word)
+
+
+def test_route_takes_clinc150_from_assets_to_its_report() -> None:
+    config = project()
+    steps = config["workflows"]["route"]
+    assert steps == [
+        "assets",
+        "convert-clinc150",
+        "train-route",
+        "calibrate-route",
+        "threshold-route",
+        "evaluate-route",
+        "report-route",
+    ]
+    # each step reads what the one before wrote
+    for before, after in zip(steps[1:], steps[2:]):
+        assert set(command(config, before)["outputs"]) & set(command(config, after)["deps"]), after
+    threshold = command(config, "threshold-route")["script"][0]
+    assert "--key ${vars.route_key}" in threshold and config["vars"]["route_key"] == "cats_oos_f2"
+    assert "corpus/clinc150/val.spacy" in threshold
+    assert "corpus/clinc150/test.spacy" in command(config, "evaluate-route")["script"][0]
+    assert "assets/clinc150/data_full.json" in command(config, "assets")["outputs"]

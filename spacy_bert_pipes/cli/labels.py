@@ -85,7 +85,7 @@ def adapt_cli(
         None,
         "--min-confidence",
         help="Use only texts routed with at least this confidence (default: the "
-        "component's oos_threshold when set, else 0.9); 0 uses every text",
+        "component's oos_threshold when set, else 0.8); 0 uses every text",
     ),
     rounds: int = typer.Option(10, "--rounds", help="Rounds of self-training"),
     weight: float = typer.Option(4.0, "--weight", help="Weight of the texts' mean per round"),

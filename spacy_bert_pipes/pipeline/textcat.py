@@ -91,7 +91,7 @@ PROTOTYPE_SETTINGS: Dict[str, Any] = {
 }
 # adapt_to_texts uses only the docs routed with at least this confidence when the
 # component has no oos_threshold (docs/few_shot.md; bench/route_adapt.py)
-ADAPT_MIN_CONFIDENCE = 0.9
+ADAPT_MIN_CONFIDENCE = 0.8
 # The settings of out-of-scope detection and abstention (exclusive classes),
 # with their defaults (docs/routing.md).
 SCOPE_SETTINGS: Dict[str, Any] = {

@@ -45,7 +45,7 @@ from ..models.heads.scope import (
     scale_probs,
     set_fit,
 )
-from ..scorers import expected_calibration_error
+from ..scorers import expected_calibration_error, score_routes
 
 DECISIONS = ("routed", "out_of_scope", "ambiguous")
 # docs encoded at a time when calibrating
@@ -373,7 +373,7 @@ def sweep_thresholds(
             router.cfg["oos_threshold"] = threshold
             for doc, route in zip(docs, router.routes(probs, conf)):
                 doc._.set(router.attr, route)
-            value = pipe.score(scored).get(key)
+            value = _scores_at_threshold(pipe, router, scored, key).get(key)
             if not isinstance(value, (int, float)):
                 raise ValueError(
                     f"'{component}' has no score {key!r} on {dev} (the routing keys "
@@ -384,3 +384,14 @@ def sweep_thresholds(
         router.cfg["oos_threshold"] = kept
     best = max(scores, key=lambda t: (scores[t], -t))
     return best, scores[best], scores
+
+
+def _scores_at_threshold(
+    pipe: Any, router: ScopeRouter, examples: List[Example], key: str
+) -> Dict[str, Any]:
+    """The component's scores: the routing scores alone when `key` is one of
+    them (the others do not depend on the threshold), else all of them."""
+    prefix = router.cfg["score_prefix"]
+    routing = score_routes(examples, router.labels, router.attr, router.cfg["oos_label"])
+    renamed = {prefix + name[len("cats") :]: value for name, value in routing.items()}
+    return renamed if key in renamed else pipe.score(examples)
