@@ -86,6 +86,9 @@ def score_routes(
     - cats_routed_accuracy: in-scope docs routed to their gold label, over all
       in-scope docs (a doc not routed counts as wrong);
     - cats_coverage: the share of in-scope docs routed;
+    - cats_routed_share, cats_routed_precision: the share of all docs routed,
+      and the share of those routed to their gold label (an out-of-scope doc
+      routed is wrong): the threshold's point on the risk-coverage curve;
     - cats_oos_p, cats_oos_r, cats_oos_f, cats_oos_f2: precision, recall, F1
       and F2 (recall weighted twice) of the docs not routed as the out-of-scope
       class (None without out-of-scope docs);
@@ -143,6 +146,12 @@ def score_routes(
     scores: Dict[str, Any] = {
         "cats_routed_accuracy": n_routed_right / n_in if n_in else None,
         "cats_coverage": n_routed / n_in if n_in else None,
+        "cats_routed_share": (n_routed + n_out - n_out_caught) / len(confidences),
+        "cats_routed_precision": (
+            n_routed_right / (len(confidences) - n_not_routed)
+            if len(confidences) > n_not_routed
+            else None
+        ),
         "cats_oos_p": None,
         "cats_oos_r": None,
         "cats_oos_f": None,

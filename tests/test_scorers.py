@@ -244,6 +244,9 @@ def test_routing_scores_count_out_of_scope_docs() -> None:
     assert scores["cats_accuracy"] == pytest.approx(2 / 3)  # in-scope docs only
     assert scores["cats_routed_accuracy"] == pytest.approx(1 / 3)
     assert scores["cats_coverage"] == pytest.approx(2 / 3)
+    # 3 of 6 docs routed (2 in scope, 1 out of scope), 1 to its gold label
+    assert scores["cats_routed_share"] == pytest.approx(3 / 6)
+    assert scores["cats_routed_precision"] == pytest.approx(1 / 3)
     # 3 out-of-scope docs (two without a positive label, one "oos"): 2 not routed;
     # 3 docs not routed, 2 of them out of scope
     assert scores["cats_oos_r"] == pytest.approx(2 / 3)

@@ -246,7 +246,12 @@ def _cells(row: Dict[str, Any]) -> List[str]:
 
 def _csv_lines(records: List[List[str]]) -> bytes:
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(records)
+    minimal = csv.writer(buffer, lineterminator="\n")
+    # csv quotes a cell with "\n" (the line terminator) but not one with a bare
+    # "\r", which a reader takes for a line end: such a record is quoted whole
+    quoted = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    for record in records:
+        (quoted if any("\r" in cell for cell in record) else minimal).writerow(record)
     return buffer.getvalue().encode("utf8")
 
 

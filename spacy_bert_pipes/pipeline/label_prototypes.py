@@ -9,18 +9,16 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`
     what `initialize` does, with or without examples; with `example_weight`,
     the examples are remembered too (`remember`);
   - `add_described_label`: a new label on a trained component, from its
-    descriptions and optionally a few examples; the trained labels keep their
-    prototypes;
-  - `adapt_to_texts`: the prototypes moved towards a collection of unlabelled
-    texts (self-training from descriptions or a few examples);
+    descriptions and a few examples; the trained labels keep their prototypes;
+  - `adapt_to_texts`: the prototypes moved towards the unlabelled texts the
+    component would route (self-training);
   - `update`: one step of few-shot training: the classifier's cross-entropy
     plus the pair loss over the batch's docs.
 * `read_label_descriptions`: the `label_descriptions` setting (inline, or a JSON
   file) as label -> phrases, with an error that names the file and the label.
 * `check_label`: a label is one non-blank string (not a string of several).
 * `add_labels`: `add_described_label` for several labels of a loaded pipeline
-  (what `bert-pipes add-label` runs).
-No torch here: the math is in `models/heads/prototypes.py`.
+  (`bert-pipes add-label`). The math is in `models/heads/prototypes.py`.
 """
 
 import hashlib
@@ -343,14 +341,11 @@ class LabelPrototypes:
         (`models.heads.prototypes.self_trained_prototypes`). The encoder, the
         temperature and the remembered examples stay as they are.
 
-        min_confidence (float): Only the docs whose in-scope confidence (as
-            `doc._.route` gives it, `textcat_scope.ScopeRouter`) is at least this
-            take part: texts that fit none of the labels would pull the
-            prototypes away from them. 0 takes every doc.
-        RETURNS (Dict[str, int]): label -> the number of docs nearest it at the
-            end (docs left out count for none; all 0 when none is kept, and the
-            prototypes stay).
-        """
+        min_confidence (float): Only docs routed with at least this confidence
+            (`doc._.route`) take part: texts that fit no label would pull the
+            prototypes away. 0 takes every doc.
+        RETURNS (Dict[str, int]): label -> docs nearest it at the end (all 0,
+            prototypes unchanged, when no doc is kept)."""
         if not self.exclusive:
             raise ValueError(
                 f"'{self.name}': adapting the prototypes to unlabelled texts needs "
@@ -361,8 +356,7 @@ class LabelPrototypes:
         if not docs:
             raise ValueError(f"'{self.name}': no texts to adapt the prototypes to")
         if min_confidence > 0:
-            confidence = ScopeRouter(self.name, self.model, self.cfg).predict(list(docs))[1]
-            assert confidence is not None
+            confidence = ScopeRouter(self.name, self.model, self.cfg).confidences(list(docs))
             docs = [doc for doc, c in zip(docs, confidence.tolist()) if c >= min_confidence]
             if not docs:
                 return {label: 0 for label in self.labels}

@@ -49,6 +49,7 @@ from .label_prototypes import (
 )
 from .settings import ConfiguredPipe
 from .textcat_scope import (
+    Prepare,
     RoutedScores,
     ScopeRouter,
     check_scope_settings,
@@ -382,17 +383,19 @@ class BertTextCategorizer(ConfiguredPipe):
         dev: Iterable[Example],
         *,
         coverage: Optional[float] = None,
+        prepare: Optional[Prepare] = None,
     ) -> Dict[str, Any]:
         """Fit the temperature and the out-of-scope method (`ScopeRouter.calibrate`)
         on in-scope docs: the method's statistics on `train`, the temperature and
         the confidence's reference on `dev`. With `coverage`, set oos_threshold to
-        keep that share of the in-scope dev docs. RETURNS what was fit."""
+        keep that share of the in-scope dev docs; `prepare` runs the upstream
+        components (a shared encoder) on each batch. RETURNS what was fit."""
         if not self.exclusive:
             raise ValueError(
                 f"'{self.name}' has multi-label classes: calibrating routes needs "
                 "exclusive_classes = true"
             )
-        return self.router.calibrate(list(train), list(dev), coverage=coverage)
+        return self.router.calibrate(list(train), list(dev), coverage=coverage, prepare=prepare)
 
     # --- predict / annotate ---------------------------------------------------
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:

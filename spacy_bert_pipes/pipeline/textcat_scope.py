@@ -14,6 +14,7 @@ not "cats") is a dict:
 from pathlib import Path
 from typing import (
     Any,
+    Callable,
     Dict,
     Iterable,
     List,
@@ -48,6 +49,8 @@ from ..models.heads.scope import (
 from ..scorers import expected_calibration_error, score_routes
 
 DECISIONS = ("routed", "out_of_scope", "ambiguous")
+# Runs a pipeline's components before a classifier on a batch of docs.
+Prepare = Callable[[List[Doc]], List[Doc]]
 # docs encoded at a time when calibrating
 CALIBRATE_BATCH = 256
 
@@ -129,6 +132,11 @@ class ScopeRouter:
         when the configured method needs them and is fit."""
         if self.method == "max_prob" or not self.is_calibrated:
             return None, self.model.predict(docs)
+        return self.forward(docs)
+
+    def forward(self, docs: List[Doc]) -> Tuple[numpy.ndarray, Floats2d]:
+        """The model's prediction in two steps: the features (on the host) and
+        the probabilities computed from them."""
         X: Any = docs
         for layer in self.model.layers[:-1]:
             X = layer.predict(X)
@@ -142,6 +150,12 @@ class ScopeRouter:
         fit = self.fit
         conf = confidence(fit, self.method, raw_scores(fit, self.method, X, scaled))
         return RoutedScores(self.model.ops.asarray2f(cast(Floats2d, scaled)), conf)
+
+    def confidences(self, docs: List[Doc]) -> numpy.ndarray:
+        """Each doc's in-scope confidence, as `doc._.route` would give it. (n_docs,)"""
+        conf = self.predict(docs).confidence
+        assert conf is not None
+        return conf
 
     def routes(self, probs: numpy.ndarray, conf: numpy.ndarray) -> List[Dict[str, Any]]:
         """Each doc's route from its probabilities and confidence."""
@@ -193,16 +207,17 @@ class ScopeRouter:
             return None
         return self.labels.index(best)
 
-    def encode(self, docs: List[Doc]) -> Tuple[numpy.ndarray, numpy.ndarray]:
-        """Features and raw probabilities of many docs, in batches."""
+    def encode(
+        self, docs: List[Doc], prepare: Optional[Prepare] = None
+    ) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """Features and raw probabilities of many docs, in batches; `prepare`
+        runs the upstream components on each batch (a shared encoder)."""
         feats, probs = [], []
         for start in range(0, len(docs), CALIBRATE_BATCH):
             batch = docs[start : start + CALIBRATE_BATCH]
-            X: Any = batch
-            for layer in self.model.layers[:-1]:
-                X = layer.predict(X)
-            feats.append(self.model.ops.to_numpy(X).astype("f"))
-            probs.append(self.model.ops.to_numpy(self.model.layers[-1].predict(X)).astype("f"))
+            X, P = self.forward(prepare(batch) if prepare is not None else batch)
+            feats.append(X)
+            probs.append(self.model.ops.to_numpy(P).astype("f"))
         width = self.model.get_ref("output").get_dim("nI")
         if not feats:
             return numpy.zeros((0, width), "f"), numpy.zeros((0, len(self.labels)), "f")
@@ -215,6 +230,7 @@ class ScopeRouter:
         *,
         coverage: Optional[float] = None,
         k: int = 1,
+        prepare: Optional[Prepare] = None,
     ) -> Dict[str, Any]:
         """Fit the temperature on the in-scope dev docs, the out-of-scope method
         on the in-scope training docs and its reference scores on the dev docs;
@@ -232,7 +248,7 @@ class ScopeRouter:
                 f"calibrating '{self.name}' needs in-scope dev docs (with a positive "
                 f"label among its {len(self.labels)} labels); found {len(dev_docs)}"
             )
-        dev_X, dev_probs = self.encode(dev_docs)
+        dev_X, dev_probs = self.encode(dev_docs, prepare)
         temperature = fit_temperature(dev_probs, dev_gold)
         scaled = scale_probs(dev_probs, temperature)
         correct = scaled.argmax(axis=1) == dev_gold
@@ -241,7 +257,7 @@ class ScopeRouter:
             train_docs, train_gold = self._in_scope(train, "train")
             if not train_docs:
                 raise ValueError(f"oos_method {self.method!r} needs in-scope training docs")
-            train_X, _ = self.encode(train_docs)
+            train_X, _ = self.encode(train_docs, prepare)
             train_y = train_gold
         fit = fit_scope(
             self.method,
@@ -287,7 +303,12 @@ class Calibrated(Protocol):
     exclusive: bool
 
     def calibrate(
-        self, train: Iterable[Example], dev: Iterable[Example], *, coverage: Optional[float]
+        self,
+        train: Iterable[Example],
+        dev: Iterable[Example],
+        *,
+        coverage: Optional[float],
+        prepare: Optional[Prepare],
     ) -> Dict[str, Any]: ...
 
 
@@ -330,7 +351,14 @@ def calibrate_pipeline(
     # the docs as the pipeline's tokenizer makes them, not annotated yet
     dev_examples = list(Corpus(dev)(nlp))
     train_examples = list(Corpus(train)(nlp)) if train is not None else []
-    report = pipe.calibrate(train_examples, dev_examples, coverage=coverage)
+    upstream = [nlp.get_pipe(name) for name in nlp.pipe_names[: nlp.pipe_names.index(component)]]
+
+    def prepare(docs: List[Doc]) -> List[Doc]:
+        for proc in upstream:  # e.g. the shared bert_encoder a listener reads
+            docs = list(cast(Any, proc).pipe(docs))
+        return docs
+
+    report = pipe.calibrate(train_examples, dev_examples, coverage=coverage, prepare=prepare)
     if "oos_threshold" in report:
         nlp.get_pipe_config(component)["oos_threshold"] = report["oos_threshold"]
     return report

@@ -204,11 +204,11 @@ def _routing(s: Dict[str, Any], prefix: str, stem: str, figures: Figures) -> Lis
     if ece is not None:
         rows.append(["Expected calibration error, in-scope docs (15 bins)", f"{ece:.4f}"])
     blocks: List[Block] = [Heading(4, "Routing"), Table(["Score", "Value"], rows)]
-    coverage, routed = s.get(f"{prefix}_coverage"), s.get(f"{prefix}_routed_accuracy")
+    share, precision = s.get(f"{prefix}_routed_share"), s.get(f"{prefix}_routed_precision")
     if curve:
         operating = None
-        if coverage and routed is not None:
-            operating = (float(coverage), float(routed) / float(coverage))
+        if share is not None and precision is not None:
+            operating = (float(share), float(precision))
         blocks += figures.image(
             f"{stem}_risk_coverage",
             f"Risk-coverage curve, {stem}",
@@ -220,8 +220,8 @@ def _routing(s: Dict[str, Any], prefix: str, stem: str, figures: Figures) -> Lis
         blocks.append(
             Paragraph(
                 "The curve routes the most confident docs first; an out-of-scope doc "
-                "routed counts as wrong. The dot is the configured threshold (in-scope "
-                "docs only)."
+                "routed counts as wrong. The dot is the configured threshold: the share "
+                "of all docs it routes, and how many of those go to the right label."
             )
         )
     if bins:

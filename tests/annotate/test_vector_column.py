@@ -89,7 +89,8 @@ def test_jsonl_and_parquet_hold_the_vectors(pipeline: str, tmp_path: Path) -> No
     rows = read_output(outputs["out.jsonl"])
     plain_rows = read_output(plain)
     assert [{k: v for k, v in row.items() if k != "vector"} for row in rows] == plain_rows[:6]
-    assert [list(row) for row in rows] == [["id", "cats", "entities", "answers", "vector"]] * 6
+    columns = ["id", "cats", "entities", "answers", "route", "vector"]
+    assert [list(row) for row in rows] == [columns] * 6
     texts = {r["id"]: r["text"] for r in records()}
     for row in rows:
         found = numpy.asarray(row["vector"], dtype="float32")
@@ -102,7 +103,7 @@ def test_jsonl_and_parquet_hold_the_vectors(pipeline: str, tmp_path: Path) -> No
     assert table.schema.field("vector").type == pa.list_(pa.float32(), VECTOR_WIDTH)
     assert table.column("id").to_pylist() == [row["id"] for row in rows]
     frame = pandas.read_parquet(outputs["out.parquet"])
-    assert list(frame.columns) == ["id", "cats", "entities", "answers", "vector"]
+    assert list(frame.columns) == ["id", "cats", "entities", "answers", "route", "vector"]
     assert numpy.stack(frame["vector"].to_list()).dtype == numpy.float32
     assert numpy.array_equal(numpy.stack(frame["vector"].to_list()), float32)
     # A folder: the same rows as shards of the same type.

@@ -245,3 +245,20 @@ def test_the_threshold_command_saves_the_best_threshold(tiny_bert: Path, tmp_pat
     assert again.exit_code != 0 and "not empty" in again.output
     bad = CliRunner().invoke(app, args[:-1] + [str(tmp_path / "x"), "--key", "cats_oos_nope"])
     assert bad.exit_code != 0 and "no score 'cats_oos_nope'" in bad.output
+
+
+def test_a_listener_calibrates_on_the_shared_encoder(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    listener = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener}, "oos_method": "knn"})
+    nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    train = write_corpus(tmp_path / "train.spacy", textcat_examples(nlp))
+    dev = write_corpus(tmp_path / "dev.spacy", dev_examples(nlp))
+    report = calibrate_pipeline(nlp, train, dev, coverage=0.5)
+    assert report["method"] == "knn" and report["dev_in_scope_docs"] == len(DEV_TEXTS)
+    routes = [doc._.route for doc in nlp.pipe(text for text, _ in DEV_TEXTS)]
+    assert [r["decision"] == "routed" for r in routes] == [
+        r["confidence"] >= report["oos_threshold"] for r in routes
+    ]
