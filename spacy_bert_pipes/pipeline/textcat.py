@@ -32,7 +32,7 @@ from thinc.types import Floats2d
 
 from ..corpus_attrs import SOURCE_ATTR
 from ..models.encoder.loaders import HFCheckpointLoader
-from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR
+from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, ScopeMethod
 from .common import (
     ensure_encoding_extension,
     head_pipe,
@@ -146,7 +146,7 @@ def make_bert_textcat(
     class_weights: ClassWeights,
     score_prefix: str,
     scorer: Optional[Callable],
-    oos_method: str,
+    oos_method: ScopeMethod,
     oos_threshold: float,
     oos_label: Optional[str],
     ambiguity_margin: float,
