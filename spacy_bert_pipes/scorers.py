@@ -66,6 +66,26 @@ def score_textcat(
     return scores
 
 
+# The routing scores that need out-of-scope docs in the data (else None).
+OOS_SCORE_KEYS = (
+    "cats_oos_p",
+    "cats_oos_r",
+    "cats_oos_f",
+    "cats_oos_f2",
+    "cats_oos_auroc",
+    "cats_oos_fpr95",
+)
+# The routing scores a component declares (spaCy's score weights), all numbers.
+ROUTING_SCORE_KEYS = (
+    "cats_routed_accuracy",
+    "cats_coverage",
+    "cats_routed_share",
+    "cats_routed_precision",
+    *OOS_SCORE_KEYS,
+    "cats_ece",
+)
+
+
 def f_beta(precision: float, recall: float, beta: float) -> float:
     """The F-score that weights recall beta times as much as precision."""
     b2 = beta * beta
@@ -152,12 +172,7 @@ def score_routes(
             if len(confidences) > n_not_routed
             else None
         ),
-        "cats_oos_p": None,
-        "cats_oos_r": None,
-        "cats_oos_f": None,
-        "cats_oos_f2": None,
-        "cats_oos_auroc": None,
-        "cats_oos_fpr95": None,
+        **{key: None for key in OOS_SCORE_KEYS},
         "cats_ece": (
             expected_calibration_error(top_probs, top_correct, n_bins) if top_probs else None
         ),

@@ -216,3 +216,38 @@ EXPLAIN_FILES_LAYERS_0_1 = [
     "cls_attention.png",
     "explain.html",
 ]
+
+
+SHARED_DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+
+
+def copy_project(tmp_path: Path) -> Path:
+    """A copy of the project (project.yml, configs, scripts) to run workflows in."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("project.yml", "configs", "scripts"):
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, project / name)
+        else:
+            shutil.copy(source, project / name)
+    return project
+
+
+def run_workflow(project: Path, workflow: str, variables: dict) -> str:
+    """`spacy project run WORKFLOW` in `project` with --vars overrides; its stdout."""
+    import subprocess
+    import sys
+
+    overrides = [f"--vars.{k}={v}" for k, v in variables.items()]
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", "project", "run", workflow, str(project), *overrides],
+        capture_output=True,
+        text=True,
+        cwd=project,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout

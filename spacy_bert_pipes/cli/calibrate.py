@@ -10,7 +10,7 @@ import srsly
 import typer
 
 from ..pipeline.textcat_scope import calibrate_pipeline, sweep_thresholds
-from .common import app, fail
+from .common import app, fail, overwrite_option, refuse_to_overwrite
 
 
 @app.command("calibrate")
@@ -53,17 +53,14 @@ def calibrate_cli(
         None, "--report", help="Also write what was fit to this JSON file", dir_okay=False
     ),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to use, -1 for CPU"),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
-    ),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Calibrate a trained bert_textcat: temperature scaling and the out-of-scope
     confidence (its oos_method) on held-out docs; with --coverage, also the
     threshold below which a doc is not routed."""
     import spacy
 
-    if not overwrite and output.is_dir() and any(output.iterdir()):
-        fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
+    refuse_to_overwrite(output, overwrite)
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     try:
@@ -114,9 +111,7 @@ def threshold_cli(
         None, "--report", help="Also write every threshold's score to this JSON file"
     ),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to use, -1 for CPU"),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
-    ),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Choose a bert_textcat's oos_threshold on dev data with out-of-scope docs
     and save the pipeline with it. The trials and the best threshold are those of
@@ -124,8 +119,7 @@ def threshold_cli(
     TRIALS`, from one prediction pass instead of a pipeline run a trial."""
     import spacy
 
-    if not overwrite and output.is_dir() and any(output.iterdir()):
-        fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
+    refuse_to_overwrite(output, overwrite)
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     nlp = spacy.load(pipeline)

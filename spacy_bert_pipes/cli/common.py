@@ -1,6 +1,7 @@
 """What the commands share: the typer app they register on, how they fail, and
 the options several of them take."""
 
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -21,6 +22,19 @@ def fail(message: str) -> NoReturn:
     """
     typer.secho(message, fg="red", err=True)
     raise typer.Exit(code=1)
+
+
+def refuse_to_overwrite(output: Path, overwrite: bool) -> None:
+    """Fail when the output folder holds files and --overwrite was not given."""
+    if not overwrite and output.is_dir() and any(output.iterdir()):
+        fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
+
+
+def overwrite_option() -> Any:
+    """--overwrite of a command that writes a pipeline folder."""
+    return typer.Option(
+        False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
+    )
 
 
 def input_format_option() -> Any:

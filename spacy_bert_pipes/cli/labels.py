@@ -12,7 +12,7 @@ import typer
 
 from ..io import ConversionError, read_input
 from ..pipeline.label_prototypes import add_labels, read_label_descriptions
-from .common import app, fail, text_column_option
+from .common import app, fail, overwrite_option, refuse_to_overwrite, text_column_option
 
 
 @app.command("add-label")
@@ -33,15 +33,12 @@ def add_label_cli(
     component: Optional[str] = typer.Option(
         None, "--component", help="The bert_textcat to extend (default: the only one)"
     ),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
-    ),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Add labels to a trained bert_textcat whose model is a PrototypeCatModel."""
     import spacy
 
-    if not overwrite and output.is_dir() and any(output.iterdir()):
-        fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
+    refuse_to_overwrite(output, overwrite)
     try:
         described = read_label_descriptions(str(descriptions), "add-label") if descriptions else {}
         by_label: Dict[str, List[str]] = defaultdict(list)
@@ -92,16 +89,13 @@ def adapt_cli(
     component: Optional[str] = typer.Option(
         None, "--component", help="The bert_textcat to adapt (default: the only one)"
     ),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Write over OUTPUT when it holds files (e.g. an earlier run)"
-    ),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Adapt a bert_textcat's label prototypes to unlabelled texts of its domain
     (docs/few_shot.md), using only the texts it would route (docs/routing.md)."""
     import spacy
 
-    if not overwrite and output.is_dir() and any(output.iterdir()):
-        fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
+    refuse_to_overwrite(output, overwrite)
     if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
         fail(f"--min-confidence must be in [0, 1], got {min_confidence}")
     try:

@@ -33,6 +33,7 @@ from thinc.types import Floats2d
 from ..corpus_attrs import SOURCE_ATTR
 from ..models.encoder.loaders import HFCheckpointLoader
 from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, ScopeMethod
+from ..scorers import ROUTING_SCORE_KEYS
 from .common import (
     ensure_encoding_extension,
     head_pipe,
@@ -127,15 +128,7 @@ SCOPE_SETTINGS: Dict[str, Any] = {
         "cats_macro_auc": None,
         "cats_f_per_type": None,
         "cats_accuracy": None,
-        "cats_routed_accuracy": None,
-        "cats_coverage": None,
-        "cats_oos_p": None,
-        "cats_oos_r": None,
-        "cats_oos_f": None,
-        "cats_oos_f2": None,
-        "cats_oos_auroc": None,
-        "cats_oos_fpr95": None,
-        "cats_ece": None,
+        **{key: None for key in ROUTING_SCORE_KEYS},
     },
 )
 def make_bert_textcat(

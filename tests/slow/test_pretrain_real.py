@@ -1,12 +1,10 @@
 """`pretrain` on the real encoder and Banking77 texts, and the `domain` workflow."""
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import copy_project, run_workflow
 
 from spacy_bert_pipes.pretrain import PretrainSettings, pretrain
 
@@ -43,14 +41,7 @@ def test_held_out_loss_falls_on_banking77(tmp_path: Path) -> None:
 def test_domain_workflow_runs(tmp_path: Path) -> None:
     if not SHARED.exists():
         pytest.fail(f"{SHARED} is missing: the workflow test needs ../shared/datasets")
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("project.yml", "configs", "scripts"):
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, project / name)
-        else:
-            shutil.copy(source, project / name)
+    project = copy_project(tmp_path)
     small = {
         "shared_datasets": str(SHARED),
         "textcat_steps": 4,
@@ -60,10 +51,7 @@ def test_domain_workflow_runs(tmp_path: Path) -> None:
         "pretrain_checkpoint_every": 2,
         "pretrain_held_out": 20,
     }
-    overrides = [f"--vars.{k}={v}" for k, v in small.items()]
-    command = [sys.executable, "-m", "spacy", "project", "run", "domain", str(project)]
-    result = subprocess.run([*command, *overrides], capture_output=True, text=True, cwd=project)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_workflow(project, "domain", small)
     pretrained = json.loads(
         (project / "training" / "pretrain-banking77" / "pretrain_metrics.json").read_text()
     )

@@ -4,12 +4,10 @@ command of `all`, then the heads trained apart, assembled and compared), then
 leaves out is checked on project.yml itself (tests/test_project_yml.py)."""
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import copy_project, run_workflow
 from spacy.tokens import DocBin
 from spacy.util import load_config
 
@@ -55,28 +53,13 @@ ALL = yaml_workflow("all")
 
 
 def run_all(project: Path, workflow: str = "all") -> str:
-    overrides = [f"--vars.{k}={v}" for k, v in SMALL.items()]
-    result = subprocess.run(
-        [sys.executable, "-m", "spacy", "project", "run", workflow, str(project), *overrides],
-        capture_output=True,
-        text=True,
-        cwd=project,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+    return run_workflow(project, workflow, SMALL)
 
 
 def test_workflow_runs_and_skips_what_is_up_to_date(tmp_path: Path) -> None:
     if not SHARED.exists():
         pytest.fail(f"{SHARED} is missing: the workflow test needs ../shared/datasets")
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("project.yml", "configs", "scripts"):
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, project / name)
-        else:
-            shutil.copy(source, project / name)
+    project = copy_project(tmp_path)
     first = run_all(project, "one-pass")
     assert "Skipping" not in first, first
     metrics = project / "metrics"

@@ -2,17 +2,14 @@
 step's outputs are there and say what docs/routing.md says they do."""
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import SHARED_DATASETS as SHARED
+from helpers import copy_project, run_workflow
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "datasets"
 SMALL = {
     "route_steps": 6,
     "route_warmup": 1,
@@ -25,22 +22,8 @@ SMALL = {
 def test_route_runs_from_assets_to_its_report(tmp_path: Path) -> None:
     if not SHARED.exists():
         pytest.fail(f"{SHARED} is missing: the workflow test needs ../shared/datasets")
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("project.yml", "configs", "scripts"):
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, project / name)
-        else:
-            shutil.copy(source, project / name)
-    overrides = [f"--vars.{k}={v}" for k, v in SMALL.items()]
-    result = subprocess.run(
-        [sys.executable, "-m", "spacy", "project", "run", "route", str(project), *overrides],
-        capture_output=True,
-        text=True,
-        cwd=project,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    project = copy_project(tmp_path)
+    run_workflow(project, "route", SMALL)
     metrics = project / "metrics"
     scores = json.loads((metrics / "route.json").read_text())
     for key in ("cats_accuracy", "cats_oos_auroc", "cats_oos_fpr95", "cats_oos_r", "cats_ece"):
