@@ -251,3 +251,11 @@ def run_workflow(project: Path, workflow: str, variables: dict) -> str:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
+
+
+def yaml_workflow(name: str) -> list:
+    """The steps of a workflow of project.yml."""
+    import srsly
+
+    root = Path(__file__).resolve().parents[1]
+    return list(srsly.read_yaml(root / "project.yml")["workflows"][name])

@@ -7,19 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import copy_project, run_workflow
+from helpers import copy_project, run_workflow, yaml_workflow
 from spacy.tokens import DocBin
 from spacy.util import load_config
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def yaml_workflow(name: str) -> list:
-    import srsly
-
-    return list(srsly.read_yaml(ROOT / "project.yml")["workflows"][name])
 
 
 SHARED = ROOT.parent / "shared" / "datasets"

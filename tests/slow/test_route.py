@@ -1,12 +1,17 @@
-"""The `route` workflow end to end on CLINC150, with a short training run: each
-step's outputs are there and say what docs/routing.md says they do."""
+"""The `route` workflow step by step on a tenth of CLINC150, with a short
+training run: each step's outputs are there and say what docs/routing.md says
+they do."""
 
 import json
+from collections import Counter
 from pathlib import Path
+from typing import List
 
 import pytest
+import spacy
 from helpers import SHARED_DATASETS as SHARED
-from helpers import copy_project, run_workflow
+from helpers import copy_project, run_workflow, yaml_workflow
+from spacy.tokens import Doc, DocBin
 
 pytestmark = pytest.mark.slow
 
@@ -19,24 +24,51 @@ SMALL = {
 }
 
 
+def shrink(path: Path, per_label: int, out_of_scope: int) -> int:
+    """Keep `per_label` docs of each intent and `out_of_scope` docs without a label."""
+    nlp = spacy.blank("en")
+    docs = list(DocBin().from_disk(path).get_docs(nlp.vocab))
+    kept: List[Doc] = []
+    seen: Counter = Counter()
+    for doc in docs:
+        label = max(doc.cats, key=doc.cats.__getitem__) if doc.cats else None
+        key = label if label is not None and doc.cats[label] >= 0.5 else None
+        if seen[key] < (per_label if key is not None else out_of_scope):
+            seen[key] += 1
+            kept.append(doc)
+    DocBin(docs=kept, store_user_data=True).to_disk(path)
+    return len(kept)
+
+
 def test_route_runs_from_assets_to_its_report(tmp_path: Path) -> None:
     if not SHARED.exists():
         pytest.fail(f"{SHARED} is missing: the workflow test needs ../shared/datasets")
     project = copy_project(tmp_path)
-    run_workflow(project, "route", SMALL)
+    steps = yaml_workflow("route")
+    assert steps[:2] == ["assets", "convert-clinc150"]
+    for step in steps[:2]:
+        run_workflow(project, step, SMALL)
+    # a tenth of CLINC150, so that each step runs in seconds: 10 training and 2 val
+    # queries per intent, 3 test queries per intent and 100 out-of-scope queries
+    corpus = project / "corpus" / "clinc150"
+    assert shrink(corpus / "train.spacy", 10, 0) == 1500
+    assert shrink(corpus / "val.spacy", 2, 100) == 400
+    assert shrink(corpus / "test.spacy", 3, 100) == 550
+    for step in steps[2:]:
+        run_workflow(project, step, SMALL)
     metrics = project / "metrics"
     scores = json.loads((metrics / "route.json").read_text())
     for key in ("cats_accuracy", "cats_oos_auroc", "cats_oos_fpr95", "cats_oos_r", "cats_ece"):
         assert 0.0 <= scores[key] <= 1.0, key
     calibration = json.loads((metrics / "route_calibration.json").read_text())
-    assert calibration["method"] == "knn" and calibration["dev_in_scope_docs"] == 3000
+    assert calibration["method"] == "knn" and calibration["dev_in_scope_docs"] == 300
     threshold = json.loads((metrics / "route_threshold.json").read_text())
     assert threshold["key"] == "cats_oos_f2" and len(threshold["scores"]) == 21
     best = threshold["best_threshold"]
     config = (project / "training" / "route" / "model-routed" / "config.cfg").read_text()
     assert f"oos_threshold = {best}" in config
     lines = (metrics / "route_predictions.jsonl").read_text().splitlines()
-    assert len(lines) == 5500  # 4,500 in scope, 1,000 out of scope
+    assert len(lines) == 550  # 450 in scope, 100 out of scope
     last = json.loads(lines[-1])["components"]["bert_textcat"]
     assert last["gold"] == [] and last["route"]["decision"] in ("routed", "out_of_scope")
     report = (project / "reports" / "route" / "report.md").read_text()
