@@ -118,22 +118,7 @@ class ScopeRouter:
     def fit(self) -> Optional[ScopeFit]:
         return get_fit(self.model)
 
-    @property
-    def is_calibrated(self) -> bool:
-        """Whether `calibrate` fit the configured method (else the confidence is
-        the top probability)."""
-        fit = self.fit
-        return fit is not None and fit.method == self.method
-
     # --- predicting ---------------------------------------------------------------
-    def features_and_probs(self, docs: List[Doc]) -> Tuple[Optional[numpy.ndarray], Floats2d]:
-        """The feature vector each doc's label scores are computed from (the
-        input of the output layer) and the raw probabilities; the features only
-        when the configured method needs them and is fit."""
-        if self.method == "max_prob" or not self.is_calibrated:
-            return None, self.model.predict(docs)
-        return self.forward(docs)
-
     def forward(self, docs: List[Doc]) -> Tuple[numpy.ndarray, Floats2d]:
         """The model's prediction in two steps: the features (on the host) and
         the probabilities computed from them."""
@@ -144,11 +129,17 @@ class ScopeRouter:
         return self.model.ops.to_numpy(X).astype("f"), probs
 
     def predict(self, docs: List[Doc]) -> RoutedScores:
-        X, probs = self.features_and_probs(docs)
-        host = self.model.ops.to_numpy(probs)
-        scaled = scale_probs(host, get_temperature(self.model))
-        fit = self.fit
-        conf = confidence(fit, self.method, raw_scores(fit, self.method, X, scaled))
+        """Temperature-scaled probabilities and the in-scope confidence; the
+        features are taken only when the configured method needs them and is
+        fit (the saved fit is read once a batch)."""
+        fit, method = self.fit, self.method
+        X: Optional[numpy.ndarray] = None
+        if method != "max_prob" and fit is not None and fit.method == method:
+            X, probs = self.forward(docs)
+        else:
+            probs = self.model.predict(docs)
+        scaled = scale_probs(self.model.ops.to_numpy(probs), get_temperature(self.model))
+        conf = confidence(fit, method, raw_scores(fit, method, X, scaled))
         return RoutedScores(self.model.ops.asarray2f(cast(Floats2d, scaled)), conf)
 
     def confidences(self, docs: List[Doc]) -> numpy.ndarray:
