@@ -64,30 +64,60 @@ def convert_textcat_cli(
     multilabel: bool = typer.Option(
         False, "--multilabel", help="Allow any number of labels per row, not exactly one"
     ),
+    oos_label: Optional[str] = typer.Option(
+        None,
+        "--oos-label",
+        help="A label that marks out-of-scope rows (texts that fit none of the labels): "
+        "they become docs with no positive label, and it is not one of the labels",
+    ),
+    empty_oos: bool = typer.Option(
+        False,
+        "--empty-oos",
+        help="A row with an empty label is out of scope: a doc with no positive label "
+        "(default: an error)",
+    ),
     lang: str = lang_option(),
 ) -> None:
     """Convert labelled texts (CSV or JSONL) for text classification.
 
     Each Doc gets a score in doc.cats for every label: 1.0 for its gold labels,
     0.0 for the others. A CSV label cell holds one label or several separated
-    by "|"; a JSONL label field is a string or a list of strings.
+    by "|"; a JSONL label field is a string or a list of strings. An
+    out-of-scope row (--oos-label, --empty-oos) scores 0.0 for every label, as
+    `convert clinc150` writes CLINC150's out-of-scope queries: bert_textcat's
+    scorer counts such docs as out of scope.
     """
     nlp = _blank(lang)
     try:
         # Without a labels file the label set is known only after reading all
         # rows, so they are held in memory: fine for datasets of this size.
         rows = list(
-            read_textcat_rows(input_path, text_column=text_column, label_column=label_column)
+            read_textcat_rows(
+                input_path,
+                text_column=text_column,
+                label_column=label_column,
+                oos_label=oos_label,
+                empty_oos=empty_oos,
+            )
         )
         if labels_path is not None:
             labels = read_labels_file(labels_path)
+            if oos_label in labels:
+                fail(
+                    f"{labels_path}: {oos_label!r} is one of the labels and the --oos-label; "
+                    "drop it from the labels file to write its rows out of scope (no label), "
+                    "or leave out --oos-label to train it as a class of its own "
+                    "(bert_textcat's oos_label setting)"
+                )
         else:
             labels = sorted({label for row in rows for label in row.labels})
-        docs = rows_to_docs(nlp, rows, labels, exclusive=not multilabel)
+        unlabelled = oos_label is not None or empty_oos
+        docs = rows_to_docs(nlp, rows, labels, exclusive=not multilabel, unlabelled=unlabelled)
         n_docs = write_docbin(docs, output_path)
     except ConversionError as err:
         fail(str(err))
-    _report(n_docs, len(labels), output_path)
+    n_oos = sum(1 for row in rows if not row.labels)
+    _report(n_docs, len(labels), output_path, n_oos if unlabelled else None)
 
 
 @convert_app.command("nluplusplus")
@@ -165,7 +195,8 @@ def convert_clinc150_cli(
         for split, rows in splits.items():
             docs = rows_to_docs(nlp, rows, labels, exclusive=True, unlabelled=True)
             n_docs = write_docbin(docs, output_dir / f"{split}.spacy")
-            _report(n_docs, len(labels), output_dir / f"{split}.spacy")
+            n_oos = sum(1 for row in rows if not row.labels) if oos_label is None else None
+            _report(n_docs, len(labels), output_dir / f"{split}.spacy", n_oos)
     except ConversionError as err:
         fail(str(err))
 
@@ -368,8 +399,9 @@ def _count_answers(
         yield doc
 
 
-def _report(n_docs: int, n_labels: int, output_path: Path) -> None:
-    typer.secho(f"Wrote {n_docs} docs with {n_labels} labels to {output_path}", fg="green")
+def _report(n_docs: int, n_labels: int, output_path: Path, n_oos: Optional[int] = None) -> None:
+    oos = "" if n_oos is None else f" ({n_oos} out of scope: no positive label)"
+    typer.secho(f"Wrote {n_docs} docs{oos} with {n_labels} labels to {output_path}", fg="green")
 
 
 def _report_questions(n_docs: int, counts: Counter[str], output_path: Path) -> None:

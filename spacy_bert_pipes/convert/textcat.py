@@ -29,6 +29,12 @@ AUTO_LABEL_COLUMNS = ("label", "labels")
 # Separates several labels in one CSV cell.
 CSV_LABEL_SEPARATOR = "|"
 
+# What to do with a row that has no label, for the errors that meet one.
+OOS_HINT = (
+    "if the row fits none of the labels (out of scope), convert with --empty-oos "
+    "(bert-pipes convert textcat): it becomes a doc with no positive label"
+)
+
 
 NLUPLUSPLUS_DOMAINS = ("banking", "general")
 
@@ -48,7 +54,12 @@ class TextcatRow:
 
 
 def read_textcat_rows(
-    path: Path, *, text_column: str = "text", label_column: Optional[str] = None
+    path: Path,
+    *,
+    text_column: str = "text",
+    label_column: Optional[str] = None,
+    oos_label: Optional[str] = None,
+    empty_oos: bool = False,
 ) -> Iterator[TextcatRow]:
     """Read labelled texts from a `.csv` file (with a header row) or a `.jsonl`
     file (one JSON object per line). Blank lines are skipped; every other line
@@ -57,23 +68,41 @@ def read_textcat_rows(
     A CSV label cell holds one label or several separated by "|". A JSONL label
     field is a string (one label) or a list of strings (an empty list means no
     labels). An empty text is a valid document; a missing or null text, or a
-    missing or empty label, is an error.
+    missing or empty label, is an error (unless `empty_oos`).
+
+    An out-of-scope row, a text that fits none of the labels, has no labels
+    (`labels == ()`), as `read_clinc150` writes CLINC150's out-of-scope queries.
 
     path (Path): The file to read, UTF-8 encoded.
     text_column (str): The column or field holding the text.
     label_column (Optional[str]): The column or field holding the labels.
         Defaults to "label" or "labels", whichever the data has.
+    oos_label (Optional[str]): A label that marks out-of-scope rows: a row
+        labelled with it has no labels. It cannot go with another label.
+    empty_oos (bool): A row with an empty label (a CSV cell "", a JSONL "",
+        [] or null) is out of scope, with no labels, instead of an error.
     YIELDS (TextcatRow): The rows, in file order.
     """
     path = Path(path)
     if path.suffix == ".csv":
-        yield from _read_csv(path, text_column, label_column)
+        rows = _read_csv(path, text_column, label_column, empty_oos)
     elif path.suffix == ".jsonl":
-        yield from _read_jsonl(path, text_column, label_column)
+        rows = _read_jsonl(path, text_column, label_column, empty_oos)
     else:
         raise ConversionError(
             str(path), f"unsupported file type {path.suffix!r}: expected .csv or .jsonl"
         )
+    for row in rows:
+        if oos_label is not None and oos_label in row.labels:
+            if len(set(row.labels)) > 1:
+                others = ", ".join(repr(label) for label in row.labels if label != oos_label)
+                raise ConversionError(
+                    row.source,
+                    f"the out-of-scope label {oos_label!r} beside {others}: an out-of-scope "
+                    "row has no other label",
+                )
+            row = TextcatRow(row.text, (), row.source)
+        yield row
 
 
 def read_nluplusplus(folder: Path, folds: Sequence[int]) -> Iterator[TextcatRow]:
@@ -226,7 +255,8 @@ def rows_to_docs(
         then each row needs exactly one label. Otherwise (textcat_multilabel)
         a row has any number of labels, none included.
     unlabelled (bool): Exclusive classes: a row may also have no label (an
-        out-of-scope text, which fits none of the labels).
+        out-of-scope text, which fits none of the labels): its Doc scores 0.0
+        for every label.
     YIELDS (Doc): The Docs, in row order.
     """
     known = set(labels)
@@ -237,15 +267,19 @@ def rows_to_docs(
                 raise ConversionError(row.source, _unknown_label_message(label, labels))
         if exclusive and len(gold) != 1 and not (unlabelled and not gold):
             found = ", ".join(repr(label) for label in sorted(gold)) or "none"
+            hint = "" if gold else f"; {OOS_HINT}"
             raise ConversionError(
-                row.source, f"exclusive classes need exactly one label per row, found {found}"
+                row.source,
+                f"exclusive classes need exactly one label per row, found {found}{hint}",
             )
         doc = nlp.make_doc(row.text)
         doc.cats = {label: 1.0 if label in gold else 0.0 for label in labels}
         yield doc
 
 
-def _read_csv(path: Path, text_column: str, label_column: Optional[str]) -> Iterator[TextcatRow]:
+def _read_csv(
+    path: Path, text_column: str, label_column: Optional[str], empty_oos: bool
+) -> Iterator[TextcatRow]:
     reader = csv.reader(io.StringIO(read_text(path), newline=""), strict=True)
     # A record's first line: csv's `line_num` counts the lines read so far,
     # and a quoted field can span several lines.
@@ -267,19 +301,29 @@ def _read_csv(path: Path, text_column: str, label_column: Optional[str]) -> Iter
                 raise ConversionError(
                     where, f"expected {len(header)} fields as in the header, found {len(fields)}"
                 )
-            labels = _split_labels(fields[label_index], label_column, where)
+            cell = fields[label_index]
+            if empty_oos and not cell.strip():
+                labels: Tuple[str, ...] = ()
+            else:
+                labels = _split_labels(cell, label_column, where)
             yield TextcatRow(text=fields[text_index], labels=labels, source=where)
     except csv.Error as err:
         raise ConversionError(f"{path}:{line}", f"malformed CSV: {err}") from None
 
 
-def _read_jsonl(path: Path, text_column: str, label_column: Optional[str]) -> Iterator[TextcatRow]:
+def _read_jsonl(
+    path: Path, text_column: str, label_column: Optional[str], empty_oos: bool
+) -> Iterator[TextcatRow]:
     for where, record in jsonl_records(path):
         text = json_text(record, text_column, where)
         field = label_column or _auto_label_column(list(record), where, "field")
         if field not in record:
             raise ConversionError(where, f"no {field!r} field; fields: {', '.join(record)}")
-        labels = _json_labels(record[field], field, where)
+        value = record[field]
+        if empty_oos and (value is None or (isinstance(value, str) and not value.strip())):
+            labels: Tuple[str, ...] = ()
+        else:
+            labels = _json_labels(value, field, where)
         yield TextcatRow(text=text, labels=labels, source=where)
 
 
@@ -304,7 +348,8 @@ def _auto_label_column(names: List[str], where: str, kind: str) -> str:
 def _split_labels(cell: str, column: str, where: str) -> Tuple[str, ...]:
     labels = tuple(part.strip() for part in cell.split(CSV_LABEL_SEPARATOR))
     if not all(labels):
-        raise ConversionError(where, f"empty label in column {column!r}: {cell!r}")
+        hint = f"; {OOS_HINT}" if not cell.strip() else ""
+        raise ConversionError(where, f"empty label in column {column!r}: {cell!r}{hint}")
     return labels
 
 
@@ -315,7 +360,8 @@ def _json_labels(value: Any, field: str, where: str) -> Tuple[str, ...]:
             where, f"{field!r} must be a string or a list of strings, found {show(value)}"
         )
     if not all(label.strip() for label in labels):
-        raise ConversionError(where, f"empty label in {field!r}: {show(value)}")
+        hint = f"; {OOS_HINT}" if isinstance(value, str) else ""
+        raise ConversionError(where, f"empty label in {field!r}: {show(value)}{hint}")
     return tuple(labels)
 
 
@@ -324,7 +370,11 @@ def _unknown_label_message(label: str, labels: Sequence[str]) -> str:
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     few = ", ".join(repr(known) for known in list(labels)[:5])
     more = ", ..." if len(labels) > 5 else ""
-    return f"unknown label {label!r}; {hint}({len(labels)} known labels: {few}{more})"
+    return (
+        f"unknown label {label!r}; {hint}({len(labels)} known labels: {few}{more}); add it "
+        f"to the labels (--labels), or, if it marks texts that fit none of them (out of "
+        f"scope), convert with --oos-label {label!r}: they become docs with no positive label"
+    )
 
 
 def _find_ontology(path: Path) -> Path:

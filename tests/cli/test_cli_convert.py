@@ -96,6 +96,69 @@ def test_textcat_errors_exit_1(tmp_path, extra, message):
     assert not output_path.exists()
 
 
+def test_textcat_out_of_scope_rows(tmp_path):
+    input_path = tmp_path / "dev.csv"
+    input_path.write_text("text,label\nmy card,card\nsing a song,oos\nhum,\nmy pin,pin\n")
+    labels_path = tmp_path / "labels.json"
+    labels_path.write_text('["card", "pin"]')
+    output_path = tmp_path / "dev.spacy"
+    args = ["convert", "textcat", str(input_path), str(output_path), "--labels", str(labels_path)]
+    # as a newcomer first tries: both kinds of out-of-scope row are refused,
+    # and the messages name the option that writes them
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert "dev.csv:4: empty label in column 'label': ''" in result.stderr
+    assert "--empty-oos" in result.stderr
+    result = runner.invoke(app, [*args, "--empty-oos"])
+    assert result.exit_code == 1
+    assert "dev.csv:3: unknown label 'oos'" in result.stderr
+    assert "--oos-label 'oos'" in result.stderr
+    result = runner.invoke(app, [*args, "--oos-label", "oos", "--empty-oos"])
+    assert result.exit_code == 0, result.output
+    assert f"Wrote 4 docs (2 out of scope: no positive label) with 2 labels to {output_path}" in (
+        result.output
+    )
+    docs = read_docs(output_path)
+    assert [doc.cats for doc in docs] == [
+        {"card": 1.0, "pin": 0.0},
+        {"card": 0.0, "pin": 0.0},
+        {"card": 0.0, "pin": 0.0},
+        {"card": 0.0, "pin": 1.0},
+    ]
+    # without a labels file, the labels are those found, the out-of-scope one aside
+    result = runner.invoke(
+        app,
+        [
+            "convert",
+            "textcat",
+            str(input_path),
+            str(output_path),
+            "--oos-label",
+            "oos",
+            "--empty-oos",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "with 2 labels" in result.output
+
+
+def test_textcat_oos_label_among_the_labels(tmp_path):
+    input_path = tmp_path / "dev.csv"
+    input_path.write_text("text,label\nmy card,card\nsing a song,oos\n")
+    labels_path = tmp_path / "labels.json"
+    labels_path.write_text('["card", "oos"]')
+    output_path = tmp_path / "dev.spacy"
+    args = ["convert", "textcat", str(input_path), str(output_path), "--labels", str(labels_path)]
+    result = runner.invoke(app, [*args, "--oos-label", "oos"])
+    assert result.exit_code == 1
+    assert "'oos' is one of the labels and the --oos-label" in result.stderr
+    assert not output_path.exists()
+    # without --oos-label, "oos" is a class of its own
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [doc.cats for doc in read_docs(output_path)][1] == {"card": 0.0, "oos": 1.0}
+
+
 def test_nluplusplus(nluplusplus_dir, tmp_path):
     output_path = tmp_path / "train.spacy"
     args = ["convert", "nluplusplus", str(nluplusplus_dir), str(output_path), "--folds", "0-1"]

@@ -110,6 +110,68 @@ def test_read_textcat_rows_unknown_suffix(tmp_path):
         list(read_textcat_rows(path))
 
 
+def test_empty_label_error_names_empty_oos(tmp_path):
+    # A CSV whose out-of-scope rows have an empty label cell.
+    path = write(tmp_path / "dev.csv", "text,label\nmy card,card\nsing a song,\n")
+    with pytest.raises(ConversionError) as err:
+        list(read_textcat_rows(path))
+    message = str(err.value)
+    assert message.startswith(f"{path}:3: empty label in column 'label': ''")
+    assert "--empty-oos" in message
+    # a label cell with one empty part among others is a typo, not out of scope
+    path = write(tmp_path / "typo.csv", "text,labels\nx,a||b\n")
+    with pytest.raises(ConversionError) as err:
+        list(read_textcat_rows(path, empty_oos=True))
+    assert "--empty-oos" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("dev.csv", "text,label\nmy card,card\nsing a song,\nhum,  \n"),
+        (
+            "dev.jsonl",
+            '{"text": "my card", "label": "card"}\n{"text": "sing a song", "label": ""}\n'
+            '{"text": "hum", "label": null}\n',
+        ),
+        (
+            "dev.jsonl",
+            '{"text": "my card", "labels": ["card"]}\n{"text": "sing a song", "labels": []}\n'
+            '{"text": "hum", "labels": "  "}\n',
+        ),
+    ],
+)
+def test_empty_oos_reads_empty_labels_as_out_of_scope(tmp_path, nlp, name, content):
+    path = write(tmp_path / name, content)
+    rows = list(read_textcat_rows(path, empty_oos=True))
+    assert [row.labels for row in rows] == [("card",), (), ()]
+    docs = list(rows_to_docs(nlp, rows, ["card", "pin"], exclusive=True, unlabelled=True))
+    assert [doc.cats for doc in docs] == [
+        {"card": 1.0, "pin": 0.0},
+        {"card": 0.0, "pin": 0.0},
+        {"card": 0.0, "pin": 0.0},
+    ]
+
+
+def test_oos_label_rows_have_no_label(tmp_path, nlp):
+    path = write(tmp_path / "dev.csv", "text,label\nmy card,card\nsing a song,oos\n")
+    rows = list(read_textcat_rows(path, oos_label="oos"))
+    assert rows == [
+        TextcatRow("my card", ("card",), f"{path}:2"),
+        TextcatRow("sing a song", (), f"{path}:3"),
+    ]
+    # without it, "oos" is an unknown label, and the error says how to convert it
+    with pytest.raises(ConversionError) as err:
+        list(rows_to_docs(nlp, read_textcat_rows(path), ["card", "pin"], exclusive=True))
+    message = str(err.value)
+    assert message.startswith(f"{path}:3: unknown label 'oos'; (2 known labels")
+    assert "convert with --oos-label 'oos'" in message
+    # the out-of-scope label with another one is a contradiction
+    path = write(tmp_path / "multi.csv", "text,labels\nx,oos|card\n")
+    with pytest.raises(ConversionError, match="out-of-scope label 'oos' beside 'card'"):
+        list(read_textcat_rows(path, oos_label="oos"))
+
+
 @pytest.fixture
 def nluplusplus_dir(tmp_path):
     ontology = {
@@ -237,6 +299,8 @@ def test_rows_to_docs_exclusive_needs_one_label(nlp, labels, fragment):
         next(docs)
     assert str(err.value).startswith("d.jsonl:2: exclusive classes need exactly one label")
     assert fragment in str(err.value)
+    # a row with no label may be out of scope: the message says how to write it so
+    assert ("--empty-oos" in str(err.value)) == (not labels)
 
 
 def test_docbin_round_trip(tmp_path, nlp):
