@@ -4,10 +4,20 @@ classifier's confidence they use (calibration error, AUROC, risk-coverage)."""
 import re
 import string
 from collections import Counter
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Collection,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import numpy
-from spacy.scorer import Scorer
+from spacy.scorer import PRFScore, Scorer
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 from spacy.util import registry
@@ -29,6 +39,12 @@ def score_textcat(
     with a positive gold label. `prefix` replaces "cats" in the keys, so that
     two classifiers of one pipeline keep their scores apart (`nlu_micro_f`, ...).
 
+    Exclusive classes count P/R/F per label from each doc's decision
+    (`exclusive_prf`): the routed label where the doc has a route, else the top
+    label. A doc without a positive gold label (or with `oos_label`) is out of
+    scope: routed, it is a false positive of its label; not routed, it counts
+    for no label.
+
     route_attr (Optional[str]): The doc._ attribute of an exclusive
         classifier's routes (`bert_textcat`): adds the routing scores
         (`score_routes`).
@@ -44,6 +60,7 @@ def score_textcat(
         threshold=threshold if multi_label else 0.0,
     )
     if not multi_label:
+        scores.update(exclusive_prf(examples, labels, route_attr, oos_label))
         correct = total = 0
         for eg in examples:
             gold = {k: v for k, v in eg.reference.cats.items() if k in labels}
@@ -64,6 +81,83 @@ def score_textcat(
     if prefix != "cats":
         scores = {prefix + key[len("cats") :]: value for key, value in scores.items()}
     return scores
+
+
+def gold_label(
+    example: Example, labels: Collection[str], oos_label: Optional[str] = None
+) -> Optional[str]:
+    """An exclusive classifier's gold label of an example: its most probable
+    reference label among `labels`, or None when the doc is out of scope (no
+    positive label among them, or its label is `oos_label`)."""
+    gold_cats = {k: v for k, v in example.reference.cats.items() if k in labels}
+    gold = max(gold_cats, key=gold_cats.__getitem__) if gold_cats else None
+    if gold is None or gold_cats[gold] < 0.5 or gold == oos_label:
+        return None
+    return gold
+
+
+def decided_label(
+    doc: Doc, labels: Collection[str], route_attr: Optional[str] = None
+) -> Optional[str]:
+    """What an exclusive classifier decided for a doc: the routed label (None
+    when not routed) where the doc has a route, else the top label of
+    `doc.cats` among `labels` (None without any)."""
+    route = doc._.get(route_attr) if route_attr and doc.has_extension(route_attr) else None
+    if route:
+        return route["label"] if route["decision"] == "routed" else None
+    predicted = {k: v for k, v in doc.cats.items() if k in labels}
+    return max(predicted, key=predicted.__getitem__) if predicted else None
+
+
+def exclusive_prf(
+    examples: Sequence[Example],
+    labels: Sequence[str],
+    route_attr: Optional[str] = None,
+    oos_label: Optional[str] = None,
+) -> Dict[str, Any]:
+    """P/R/F per label, micro and macro, and cats_score (the macro F) of an
+    exclusive classifier's decisions (`decided_label`) against the gold labels
+    (`gold_label`): a doc decided for a label other than its gold one is a false
+    positive of that label; an in-scope doc not decided for its gold label is a
+    false negative of it. A doc not routed is a prediction of no label, so an
+    out-of-scope doc sent to "none of these" counts for nothing. The oos_label
+    is no label of its own here (the routing keys score it).
+
+    spaCy's `Scorer.score_cats` takes the top label of an all-zero reference as
+    its gold label, which makes every out-of-scope doc a false negative of the
+    first label.
+    """
+    own = [label for label in labels if label != oos_label]
+    labels_set = set(labels)
+    prf = {label: PRFScore() for label in own}
+    for eg in examples:
+        gold = gold_label(eg, labels_set, oos_label)
+        predicted = decided_label(eg.predicted, labels_set, route_attr)
+        if predicted == oos_label:
+            predicted = None
+        if gold is not None and gold == predicted:
+            prf[gold].tp += 1
+            continue
+        if gold is not None:
+            prf[gold].fn += 1
+        if predicted is not None:
+            prf[predicted].fp += 1
+    micro = PRFScore()
+    for score in prf.values():
+        micro.tp, micro.fp, micro.fn = micro.tp + score.tp, micro.fp + score.fp, micro.fn + score.fn
+    n = len(prf) + 1e-100  # as spaCy: labels without gold docs count, with F 0
+    macro_f = sum(s.fscore for s in prf.values()) / n
+    return {
+        "cats_score": macro_f,
+        "cats_score_desc": "macro F",
+        "cats_micro_p": micro.precision,
+        "cats_micro_r": micro.recall,
+        "cats_micro_f": micro.fscore,
+        "cats_macro_p": sum(s.precision for s in prf.values()) / n,
+        "cats_macro_r": sum(s.recall for s in prf.values()) / n,
+        "cats_macro_f": macro_f,
+        "cats_f_per_type": {label: score.to_dict() for label, score in prf.items()},
+    }
 
 
 # The routing scores that need out-of-scope docs in the data (else None).
@@ -119,8 +213,13 @@ def score_routes(
     - cats_ece: the in-scope docs' expected calibration error of the top
       probability (n_bins equal-width bins);
     - cats_reliability: those bins ({"low", "high", "docs", "confidence",
-      "accuracy"}); cats_risk_coverage: the accuracy of the most confident
-      docs against their share, all docs (an out-of-scope doc kept is wrong).
+      "accuracy"}); cats_route_reliability: the same bins of the routing
+      confidence, all docs, "accuracy" the share whose top label is their gold
+      label (an out-of-scope doc is wrong);
+    - cats_risk_coverage: the accuracy of the most confident docs against their
+      share, all docs (an out-of-scope doc kept is wrong);
+      cats_risk_coverage_in_scope: the same over the in-scope docs alone, whose
+      share kept is the coverage a threshold gives.
 
     A doc is out of scope when its reference has no positive label among
     `labels` (or its positive label is `oos_label`).
@@ -129,6 +228,7 @@ def score_routes(
     confidences: List[float] = []
     in_conf: List[float] = []
     out_conf: List[float] = []
+    in_correct: List[bool] = []
     ranked_correct: List[bool] = []
     top_probs: List[float] = []
     top_correct: List[bool] = []
@@ -138,10 +238,7 @@ def score_routes(
         route = eg.predicted._.get(route_attr) if eg.predicted.has_extension(route_attr) else None
         if not route:
             continue
-        gold_cats = {k: v for k, v in eg.reference.cats.items() if k in labels_set}
-        gold = max(gold_cats, key=gold_cats.__getitem__) if gold_cats else None
-        if gold is not None and (gold_cats[gold] < 0.5 or gold == oos_label):
-            gold = None
+        gold = gold_label(eg, labels_set, oos_label)
         conf = float(route["confidence"])
         routed = route["decision"] == "routed"
         confidences.append(conf)
@@ -156,6 +253,7 @@ def score_routes(
         n_routed += int(routed)
         n_routed_right += int(routed and route["label"] == gold)
         in_conf.append(conf)
+        in_correct.append(route["top"] == gold)
         ranked_correct.append(route["top"] == gold)
         predicted = {k: v for k, v in eg.predicted.cats.items() if k in labels_set}
         if predicted:
@@ -177,7 +275,9 @@ def score_routes(
             expected_calibration_error(top_probs, top_correct, n_bins) if top_probs else None
         ),
         "cats_reliability": reliability(top_probs, top_correct, n_bins),
+        "cats_route_reliability": reliability(confidences, ranked_correct, n_bins),
         "cats_risk_coverage": risk_coverage(confidences, ranked_correct),
+        "cats_risk_coverage_in_scope": risk_coverage(in_conf, in_correct),
     }
     if n_out:
         precision = n_out_caught / n_not_routed if n_not_routed else 0.0

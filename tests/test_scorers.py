@@ -6,6 +6,7 @@ from typing import Dict, List, Optional
 import numpy
 import pytest
 import spacy
+from spacy.scorer import Scorer
 from spacy.training import Example
 from spacy.util import registry
 
@@ -205,39 +206,47 @@ def test_confidence_measures_against_brute_force() -> None:
     assert curve[-1]["coverage"] == 1.0
 
 
-def test_routing_scores_count_out_of_scope_docs() -> None:
-    from spacy.tokens import Doc
+# gold ("oos": the oos_label, None: no positive label), top, confidence, decision
+ROUTED_ROWS = [
+    ("a", "a", 0.9, "routed"),
+    ("a", "b", 0.8, "routed"),
+    ("b", "b", 0.1, "out_of_scope"),
+    (None, "a", 0.05, "out_of_scope"),
+    (None, "b", 0.7, "routed"),
+    ("oos", "a", 0.02, "out_of_scope"),
+]
 
-    from spacy_bert_pipes.scorers import score_textcat
+
+def routed_examples(rows: list, with_routes: bool = True) -> List[Example]:
+    from spacy.tokens import Doc
 
     if not Doc.has_extension("route"):
         Doc.set_extension("route", default=None)
     nlp = spacy.blank("en")
-    labels = ["a", "b"]
-    rows = [
-        # gold, top, confidence, decision
-        ("a", "a", 0.9, "routed"),
-        ("a", "b", 0.8, "routed"),
-        ("b", "b", 0.1, "out_of_scope"),
-        (None, "a", 0.05, "out_of_scope"),
-        (None, "b", 0.7, "routed"),
-        ("oos", "a", 0.02, "out_of_scope"),
-    ]
     examples = []
     for gold, top, conf, decision in rows:
         predicted = nlp.make_doc("x")
         predicted.cats = {"a": 0.6 if top == "a" else 0.4, "b": 0.4 if top == "a" else 0.6}
-        predicted._.route = {
-            "label": top if decision == "routed" else None,
-            "top": top,
-            "confidence": conf,
-            "decision": decision,
-        }
+        if with_routes:
+            predicted._.route = {
+                "label": top if decision == "routed" else None,
+                "top": top,
+                "confidence": conf,
+                "decision": decision,
+            }
         reference = nlp.make_doc("x")
         reference.cats = {"a": float(gold == "a"), "b": float(gold == "b")}
         if gold == "oos":
             reference.cats["oos"] = 1.0
         examples.append(Example(predicted, reference))
+    return examples
+
+
+def test_routing_scores_count_out_of_scope_docs() -> None:
+    from spacy_bert_pipes.scorers import score_textcat
+
+    labels = ["a", "b"]
+    examples = routed_examples(ROUTED_ROWS)
     scores = score_textcat(
         examples, labels=labels, multi_label=False, route_attr="route", oos_label="oos"
     )
@@ -259,3 +268,67 @@ def test_routing_scores_count_out_of_scope_docs() -> None:
         examples, labels=labels, multi_label=False, prefix="intent", route_attr="route"
     )
     assert "intent_oos_auroc" in renamed and "cats_oos_auroc" not in renamed
+
+
+def test_per_label_scores_count_the_routing_decision() -> None:
+    from spacy_bert_pipes.scorers import score_textcat
+
+    scores = score_textcat(
+        routed_examples(ROUTED_ROWS),
+        labels=["a", "b"],
+        multi_label=False,
+        route_attr="route",
+        oos_label="oos",
+    )
+    per_label = scores["cats_f_per_type"]
+    # a: 1 routed right, 1 routed to b (a false negative of a, a false positive of b)
+    assert per_label["a"] == pytest.approx({"p": 1.0, "r": 0.5, "f": 2 / 3})
+    # b: its gold doc not routed (a false negative); two docs routed to b wrongly,
+    # one in scope and one out of scope. The out-of-scope docs not routed count
+    # for no label, though their top labels are a.
+    assert per_label["b"] == pytest.approx({"p": 0.0, "r": 0.0, "f": 0.0})
+    # a label's recall is its in-scope docs routed right
+    assert per_label["a"]["r"] == pytest.approx(1 / 2)
+    assert scores["cats_macro_f"] == pytest.approx(1 / 3)
+    assert scores["cats_score"] == scores["cats_macro_f"]
+    assert scores["cats_micro_p"] == pytest.approx(1 / 3)  # 1 right of 3 routed
+    assert scores["cats_micro_r"] == pytest.approx(1 / 3)  # 1 right of 3 in scope
+
+
+def test_per_label_scores_without_routes_leave_out_of_scope_docs_gold_less() -> None:
+    from spacy_bert_pipes.scorers import score_textcat
+
+    # no routes: every doc goes to its top label. spaCy's own score_cats makes
+    # the first label the gold label of an all-zero reference: 3 false negatives of a.
+    examples = routed_examples(ROUTED_ROWS, with_routes=False)
+    scores = score_textcat(examples, labels=["a", "b"], multi_label=False, oos_label="oos")
+    per_label = scores["cats_f_per_type"]
+    assert per_label["a"]["r"] == pytest.approx(1 / 2)  # the 2 gold docs of a
+    assert per_label["a"]["p"] == pytest.approx(1 / 3)  # 2 out-of-scope docs on top of a
+    assert per_label["b"]["r"] == pytest.approx(1.0)
+    assert per_label["b"]["p"] == pytest.approx(1 / 3)
+    # in-scope docs alone: micro F is the accuracy, as in spaCy
+    in_scope = [eg for eg, row in zip(examples, ROUTED_ROWS) if row[0] in ("a", "b")]
+    alone = score_textcat(in_scope, labels=["a", "b"], multi_label=False)
+    assert alone["cats_micro_f"] == pytest.approx(alone["cats_accuracy"])
+    spacy_own = Scorer.score_cats(in_scope, "cats", labels=["a", "b"], multi_label=False)
+    for label in ("a", "b"):
+        assert alone["cats_f_per_type"][label] == pytest.approx(spacy_own["cats_f_per_type"][label])
+    assert alone["cats_macro_f"] == pytest.approx(spacy_own["cats_macro_f"])
+
+
+def test_routing_curves_over_in_scope_docs_and_the_routing_confidence() -> None:
+    from spacy_bert_pipes.scorers import score_routes
+
+    scores = score_routes(routed_examples(ROUTED_ROWS), ["a", "b"], "route", "oos")
+    # in-scope docs by confidence 0.9 (right), 0.8 (wrong), 0.1 (right)
+    in_scope = scores["cats_risk_coverage_in_scope"]
+    assert in_scope[-1] == pytest.approx({"coverage": 1.0, "accuracy": 2 / 3})
+    assert in_scope[0] == pytest.approx({"coverage": 1 / 3, "accuracy": 1.0})
+    # all docs: the out-of-scope ones count as wrong
+    assert scores["cats_risk_coverage"][-1] == pytest.approx({"coverage": 1.0, "accuracy": 2 / 6})
+    bins = {round(b["low"] * 15): b for b in scores["cats_route_reliability"]}
+    # bin 0 holds confidences 0.02 and 0.05 (both out of scope), bin 1 holds 0.1
+    assert bins[0]["docs"] == 2 and bins[0]["accuracy"] == 0.0
+    assert bins[1]["docs"] == 1 and bins[1]["accuracy"] == 1.0
+    assert sum(b["docs"] for b in bins.values()) == len(ROUTED_ROWS)
