@@ -1,16 +1,27 @@
 """`bert-pipes calibrate PIPELINE OUTPUT`: fit a trained `bert_textcat`'s
 temperature and out-of-scope score on held-out data; `bert-pipes threshold
-PIPELINE DEV OUTPUT`: choose its abstention threshold by spaCy's
-find-threshold's trials and save it (docs/routing.md)."""
+PIPELINE DEV OUTPUT`: choose its abstention threshold for an in-scope
+coverage, a cost ratio or a score, show what each threshold does and save it
+(docs/routing.md)."""
 
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, List, Optional, Tuple, cast
 
 import srsly
 import typer
+from wasabi import Printer
 
-from ..pipeline.textcat_scope import calibrate_pipeline, sweep_thresholds
+from ..pipeline.textcat_scope import (
+    DEFAULT_COVERAGE,
+    DEFAULT_KEY,
+    ThresholdSweep,
+    calibrate_pipeline,
+    sweep_thresholds,
+)
 from .common import app, fail, overwrite_option, refuse_to_overwrite
+
+# The report `bert-pipes threshold` writes into OUTPUT (unless --report).
+THRESHOLD_REPORT = "threshold.json"
 
 
 @app.command("calibrate")
@@ -92,53 +103,128 @@ def threshold_cli(
     ),
     dev: Path = typer.Argument(
         ...,
-        help="Dev .spacy docs with out-of-scope docs (no positive label, or the oos_label)",
+        help="Dev .spacy docs, in-scope ones and, to see what each threshold catches, "
+        "out-of-scope ones (no positive label, or the oos_label)",
         metavar="DEV",
         exists=True,
         dir_okay=False,
     ),
     output: Path = typer.Argument(
         ...,
-        help="The folder for the pipeline with the best threshold: new or empty, unless "
+        help="The folder for the pipeline with the chosen threshold: new or empty, unless "
         "--overwrite",
         metavar="OUTPUT",
         file_okay=False,
     ),
     component: str = typer.Option("bert_textcat", "--component", help="The bert_textcat"),
-    key: str = typer.Option("cats_oos_f2", "--key", help="The score to maximise (docs/routing.md)"),
+    coverage: Optional[float] = typer.Option(
+        None,
+        "--coverage",
+        help="Choose the highest threshold that routes this share of the in-scope dev "
+        f"docs (the default, {DEFAULT_COVERAGE:g}, when no rule is given)",
+        show_default=False,
+    ),
+    cost_ratio: Optional[float] = typer.Option(
+        None,
+        "--cost-ratio",
+        help="Choose the threshold of least cost, where an out-of-scope doc routed costs "
+        "this many times an in-scope doc not routed",
+        show_default=False,
+    ),
+    key: Optional[str] = typer.Option(
+        None,
+        "--key",
+        help="Choose the threshold that maximises this score, as spacy find-threshold "
+        "(e.g. cats_oos_f2); with --coverage or --cost-ratio, only shown "
+        f"(default: {DEFAULT_KEY})",
+        show_default=False,
+    ),
     trials: int = typer.Option(101, "--trials", "-n", help="Thresholds tried, 0 to 1"),
     report: Optional[Path] = typer.Option(
-        None, "--report", help="Also write every threshold's score to this JSON file"
+        None,
+        "--report",
+        help=f"The JSON of every threshold's figures (default: OUTPUT/{THRESHOLD_REPORT})",
+        dir_okay=False,
+        show_default=False,
     ),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to use, -1 for CPU"),
     overwrite: bool = overwrite_option(),
 ) -> None:
-    """Choose a bert_textcat's oos_threshold on dev data with out-of-scope docs
-    and save the pipeline with it. The trials and the best threshold are those of
+    """Choose a bert_textcat's oos_threshold on dev data and save the pipeline
+    with it. Prints and writes, per threshold, the in-scope docs routed
+    (coverage), routed right, the out-of-scope docs caught and the key. The
+    rule: --coverage (default 0.97: route 97% of the in-scope docs, whatever
+    share of the dev docs is out of scope), --cost-ratio, or --key, which gives
     `python -m spacy find-threshold PIPELINE DEV COMPONENT oos_threshold KEY -n
-    TRIALS`, from one prediction pass instead of a pipeline run a trial."""
+    TRIALS`'s choice from one prediction pass."""
     import spacy
 
+    if coverage is not None and cost_ratio is not None:
+        fail("Give one rule: --coverage or --cost-ratio (with --key, the key is only shown)")
     refuse_to_overwrite(output, overwrite)
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     nlp = spacy.load(pipeline)
     try:
-        best, score, scores = sweep_thresholds(nlp, dev, component, key, trials)
+        sweep = sweep_thresholds(
+            nlp, dev, component, key, trials, coverage=coverage, cost_ratio=cost_ratio
+        )
     except ValueError as error:
         fail(str(error))
+    best = sweep.best.threshold
     cast(Any, nlp.get_pipe(component)).cfg["oos_threshold"] = best
     nlp.get_pipe_config(component)["oos_threshold"] = best
     nlp.to_disk(output)
-    if report is not None:
-        srsly.write_json(
-            report,
-            {
-                "component": component,
-                "key": key,
-                "best_threshold": best,
-                "best_score": score,
-                "scores": [{"threshold": t, key: v} for t, v in sorted(scores.items())],
-            },
+    report = report if report is not None else output / THRESHOLD_REPORT
+    srsly.write_json(report, sweep.to_json())
+    msg = Printer()
+    msg.table(
+        threshold_rows(sweep),
+        header=(
+            "",
+            "threshold",
+            "in-scope routed",
+            "routed right",
+            "out-of-scope caught",
+            sweep.key,
+        ),
+        aligns=("l", "r", "r", "r", "r", "r"),
+        title=(
+            f"{sweep.in_scope_docs} in-scope and {sweep.out_of_scope_docs} out-of-scope docs "
+            f"of {dev} (%)"
+        ),
+    )
+    b = sweep.best
+    msg.good(
+        f"oos_threshold {best:.4f} ({sweep.rule}): routes {_pct(b.coverage)}% of the "
+        f"in-scope docs, {_pct(b.routed_accuracy)}% right; catches {_pct(b.oos_recall)}% "
+        f"of the out-of-scope docs"
+    )
+    msg.good(f"Saved to {output}; every threshold's figures in {report}")
+
+
+# Rows of the printed table: about this many, plus the chosen threshold.
+PRINTED_TRIALS = 21
+
+
+def threshold_rows(sweep: ThresholdSweep) -> List[Tuple[str, ...]]:
+    """The printed table: every k-th trial, so that about PRINTED_TRIALS are
+    shown, and the chosen threshold (marked) in its place."""
+    step = max(1, round((len(sweep.trials) - 1) / (PRINTED_TRIALS - 1)))
+    shown = [t for i, t in enumerate(sweep.trials) if i % step == 0 or i == len(sweep.trials) - 1]
+    shown = sorted({t.threshold: t for t in shown + [sweep.best]}.values())
+    return [
+        (
+            "chosen" if t == sweep.best else "",
+            f"{t.threshold:.4f}",
+            _pct(t.coverage),
+            _pct(t.routed_accuracy),
+            _pct(t.oos_recall),
+            f"{t.score:.4f}" if t.score is not None else "-",
         )
-    typer.echo(f"Best {key} {score:.4f} at oos_threshold {best:.4f}; saved to {output}")
+        for t in shown
+    ]
+
+
+def _pct(value: Optional[float]) -> str:
+    return f"{value * 100:.1f}" if value is not None else "-"

@@ -1,7 +1,6 @@
 """Routing with bert_textcat on a tiny random BERT: doc._.route, abstention,
 calibration, saving and loading, spaCy's evaluate and find-threshold."""
 
-import json
 from pathlib import Path
 from typing import Any, List
 
@@ -219,32 +218,20 @@ def test_spacy_find_threshold_finds_the_routing_threshold(tiny_bert: Path, tmp_p
     assert numpy.isfinite(score)
     # one prediction pass gives find-threshold's table and its best threshold
     ours = sweep_thresholds(spacy.load(tmp_path / "model"), dev, "bert_textcat", "cats_oos_f", 5)
-    assert ours[0] == best and ours[1] == pytest.approx(score)
-    assert ours[2] == pytest.approx(scores)
-
-
-def test_the_threshold_command_saves_the_best_threshold(tiny_bert: Path, tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from spacy_bert_pipes.cli import app
-
-    nlp = trained(tiny_bert)
-    dev = write_corpus(tmp_path / "dev.spacy", dev_examples(nlp))
-    nlp.to_disk(tmp_path / "model")
-    report = tmp_path / "threshold.json"
-    args = ["threshold", str(tmp_path / "model"), str(dev), str(tmp_path / "routed")]
-    result = CliRunner().invoke(
-        app, args + ["--key", "cats_oos_f", "-n", "11", "--report", str(report)]
-    )
-    assert result.exit_code == 0, result.output
-    data = json.loads(report.read_text())
-    assert len(data["scores"]) == 11
-    loaded = spacy.load(tmp_path / "routed")
-    assert loaded.get_pipe("bert_textcat").cfg["oos_threshold"] == data["best_threshold"]
-    again = CliRunner().invoke(app, args)
-    assert again.exit_code != 0 and "not empty" in again.output
-    bad = CliRunner().invoke(app, args[:-1] + [str(tmp_path / "x"), "--key", "cats_oos_nope"])
-    assert bad.exit_code != 0 and "no score 'cats_oos_nope'" in bad.output
+    assert ours.rule == "max cats_oos_f"
+    assert ours.best.threshold == best and ours.best.score == pytest.approx(score)
+    assert {t.threshold: t.score for t in ours.trials} == pytest.approx(scores)
+    # spaCy's evaluate at each threshold gives the same routing figures
+    for trial in ours.trials[1:4]:
+        at = spacy.load(
+            tmp_path / "model",
+            config={"components": {"bert_textcat": {"oos_threshold": trial.threshold}}},
+        ).evaluate(dev_examples(loaded))
+        assert trial.coverage == pytest.approx(at["cats_coverage"])
+        assert trial.routed_accuracy == pytest.approx(at["cats_routed_accuracy"])
+        assert trial.oos_recall == pytest.approx(at["cats_oos_r"])
+        assert trial.abstained == round(len(DEV_TEXTS) * (1 - at["cats_coverage"]))
+        assert trial.foreign_routed == round(len(OUT_OF_SCOPE) * (1 - at["cats_oos_r"]))
 
 
 def test_a_listener_calibrates_on_the_shared_encoder(tiny_bert: Path, tmp_path: Path) -> None:

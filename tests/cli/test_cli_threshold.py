@@ -1,0 +1,148 @@
+"""`bert-pipes threshold` on a tiny trained router and a dev set that is mostly
+out-of-scope traffic: the printed and written trade-off, the three rules
+(coverage, the default; cost ratio; a key) and the errors."""
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import spacy
+from helpers import LABELS, SMALL_ENCODER, WORDS, loader_config, textcat_examples
+from spacy.tokens import DocBin
+from spacy.training import Example
+from typer.testing import CliRunner
+
+from spacy_bert_pipes.cli import app
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+IN_SCOPE = [
+    ("my new card has not come", "card"),
+    ("the card is broken", "card"),
+    ("exchange rate today", "fx"),
+    ("which rate of exchange", "fx"),
+    ("hello there", "other"),
+    ("new york city", "other"),
+]
+N_FOREIGN = 30  # five foreign docs to one in-scope doc, as a help desk's traffic
+
+
+@pytest.fixture(scope="module")
+def router(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """A trained bert_textcat saved to disk, a dev set of 6 in-scope and 30
+    out-of-scope docs, and one of the in-scope docs alone."""
+    path = tmp_path_factory.mktemp("router")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": SMALL_ENCODER, "pooling": "mean"}})
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    for _ in range(20):
+        nlp.update(examples, sgd=optimizer)
+    nlp.to_disk(path / "model")
+    in_scope = textcat_examples(nlp, IN_SCOPE)
+    rng = random.Random(0)
+    foreign = [
+        Example.from_dict(
+            nlp.make_doc(" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8)))),
+            {"cats": {label: 0.0 for label in LABELS}},
+        )
+        for _ in range(N_FOREIGN)
+    ]
+    for name, docs in (("dev", in_scope + foreign), ("in_scope", in_scope)):
+        DocBin(docs=[eg.reference for eg in docs]).to_disk(path / f"{name}.spacy")
+    return {name: path / name for name in ("model", "dev.spacy", "in_scope.spacy")}
+
+
+def run(router: Dict[str, Path], output: Path, *options: str, dev: str = "dev.spacy") -> Any:
+    args = ["threshold", str(router["model"]), str(router[dev]), str(output), "-n", "21"]
+    return CliRunner().invoke(app, args + list(options))
+
+
+def rows(output: Path) -> List[Dict[str, Any]]:
+    return json.loads((output / "threshold.json").read_text())["scores"]
+
+
+def test_the_default_routes_97_percent_of_the_in_scope_docs(
+    router: Dict[str, Path], tmp_path: Path
+) -> None:
+    result = run(router, tmp_path / "routed")
+    assert result.exit_code == 0, result.output
+    for column in ("in-scope routed", "routed right", "out-of-scope caught", "cats_oos_f2"):
+        assert column in result.output
+    assert "6 in-scope and 30 out-of-scope docs" in result.output
+    report = json.loads((tmp_path / "routed" / "threshold.json").read_text())
+    assert report["rule"] == "coverage 0.97"
+    assert (report["in_scope_docs"], report["out_of_scope_docs"]) == (6, 30)
+    best = report["best"]
+    assert best["coverage"] >= 0.97  # all 6 in-scope docs
+    assert len(report["scores"]) == 21
+    for row in report["scores"]:
+        assert set(row) >= {"threshold", "coverage", "routed_accuracy", "oos_recall", "cats_oos_f2"}
+        if row["threshold"] > best["threshold"]:
+            assert row["coverage"] < 0.97  # the highest threshold with that coverage
+    loaded = spacy.load(tmp_path / "routed")
+    assert loaded.get_pipe("bert_textcat").cfg["oos_threshold"] == pytest.approx(
+        report["best_threshold"]
+    )
+    # what the report says the threshold does is what the saved pipeline does
+    docs = [loaded(text) for text, _ in IN_SCOPE]
+    assert all(doc._.route["decision"] == "routed" for doc in docs)
+    assert f"catches {best['oos_recall'] * 100:.1f}% of the out-of-scope docs" in result.output
+
+
+def test_a_coverage_and_a_cost_ratio(router: Dict[str, Path], tmp_path: Path) -> None:
+    result = run(router, tmp_path / "half", "--coverage", "0.5")
+    assert result.exit_code == 0, result.output
+    half = json.loads((tmp_path / "half" / "threshold.json").read_text())
+    assert half["rule"] == "coverage 0.5" and half["best"]["coverage"] >= 0.5
+    assert all(
+        r["coverage"] < 0.5 for r in half["scores"] if r["threshold"] > half["best_threshold"]
+    )
+    result = run(
+        router, tmp_path / "cost", "--cost-ratio", "2", "--report", str(tmp_path / "c.json")
+    )
+    assert result.exit_code == 0, result.output
+    cost = json.loads((tmp_path / "c.json").read_text())
+    assert cost["rule"] == "cost ratio 2"
+    costs = [2 * r["foreign_routed"] + r["abstained"] for r in cost["scores"]]
+    best = cost["best"]
+    assert 2 * best["foreign_routed"] + best["abstained"] == min(costs)
+    assert best["threshold"] == cost["scores"][costs.index(min(costs))]["threshold"]
+    both = run(router, tmp_path / "both", "--coverage", "0.5", "--cost-ratio", "2")
+    assert both.exit_code != 0 and "one rule" in both.output
+
+
+def test_a_key_chooses_as_find_threshold(router: Dict[str, Path], tmp_path: Path) -> None:
+    result = run(router, tmp_path / "f2", "--key", "cats_oos_f2")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "f2" / "threshold.json").read_text())
+    assert report["rule"] == "max cats_oos_f2"
+    scores = [r["cats_oos_f2"] for r in report["scores"]]
+    assert report["best_score"] == max(scores)
+    assert report["best_threshold"] == report["scores"][scores.index(max(scores))]["threshold"]
+    again = run(router, tmp_path / "f2")
+    assert again.exit_code != 0 and "not empty" in again.output
+
+
+def test_a_mistyped_key_lists_the_valid_ones(router: Dict[str, Path], tmp_path: Path) -> None:
+    result = run(router, tmp_path / "x", "--key", "cats_oos_f3")
+    assert result.exit_code != 0
+    assert "no score 'cats_oos_f3'" in result.output
+    for valid in ("cats_oos_f2", "cats_coverage", "cats_macro_f"):
+        assert valid in result.output
+    assert "out-of-scope docs" not in result.output
+
+
+def test_without_out_of_scope_docs(router: Dict[str, Path], tmp_path: Path) -> None:
+    # a key that needs out-of-scope docs says so, with the counts
+    result = run(router, tmp_path / "x", "--key", "cats_oos_f2", dev="in_scope.spacy")
+    assert result.exit_code != 0
+    assert "6 in-scope and 0 out-of-scope docs" in result.output
+    # a coverage needs none: the out-of-scope figures are left empty
+    result = run(router, tmp_path / "ok", "--coverage", "0.8", dev="in_scope.spacy")
+    assert result.exit_code == 0, result.output
+    assert all(r["oos_recall"] is None for r in rows(tmp_path / "ok"))
