@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     pretrain,
     report,
     similar,
+    steps,
 )
 from .common import app
 

@@ -17,6 +17,7 @@ textcat.py     TextcatRow, read_textcat_rows, read_nluplusplus, read_clinc150, r
 ner.py         read_ner_docs, read_conll_ner, read_entity_jsonl, read_spacy_json
 qa.py          read_squad, read_restaurant8k
 docbin.py      write_docbin
+steps.py       training_steps: epochs of a converted corpus as spacy train's steps
 """
 
 from ..io.errors import ConversionError
@@ -32,6 +33,7 @@ from .ner import (
     read_spacy_json,
 )
 from .qa import RESTAURANT8K_QUESTIONS, RESTAURANT8K_SLOTS, read_restaurant8k, read_squad
+from .steps import TrainingSteps, count_docs, training_steps
 from .textcat import (
     AUTO_LABEL_COLUMNS,
     CLINC150_SPLITS,
@@ -59,6 +61,8 @@ __all__ = [
     "ConversionError",
     "NerFileFormat",
     "TextcatRow",
+    "TrainingSteps",
+    "count_docs",
     "nluplusplus_labels",
     "read_clinc150",
     "read_conll_ner",
@@ -71,5 +75,6 @@ __all__ = [
     "read_squad",
     "read_textcat_rows",
     "rows_to_docs",
+    "training_steps",
     "write_docbin",
 ]
