@@ -50,15 +50,15 @@ from .scorers import exact_match, normalize_answer, token_f1
 
 # The scores printed by the command line, in this order: (key, name, percent?).
 SUMMARY_SCORES: Tuple[Tuple[str, str, bool], ...] = (
+    ("cats_routed_accuracy", "Routed right (in-scope docs)", True),
+    ("cats_coverage", "In-scope docs routed (coverage)", True),
+    ("cats_oos_r", "Out-of-scope recall", True),
     ("cats_accuracy", "Textcat accuracy", True),
     ("cats_micro_f", "Textcat micro F", True),
     ("cats_macro_p", "Textcat macro P", True),
     ("cats_macro_r", "Textcat macro R", True),
     ("cats_macro_f", "Textcat macro F", True),
     ("cats_macro_auc", "Textcat macro AUC", True),
-    ("cats_routed_accuracy", "Routed accuracy (in-scope)", True),
-    ("cats_coverage", "In-scope docs routed", True),
-    ("cats_oos_r", "Out-of-scope recall", True),
     ("cats_oos_p", "Out-of-scope precision", True),
     ("cats_oos_auroc", "Out-of-scope AUROC", True),
     ("cats_oos_fpr95", "Out-of-scope FPR95", True),
@@ -199,6 +199,31 @@ def summary_rows(scores: Dict[str, Any]) -> List[Tuple[str, str]]:
             shown = f"{value * 100:.2f}" if isinstance(value, (int, float)) else "-"
             rows.append((f"Spans {key[6:-2]} {key[-1].upper()}", shown))
     return rows
+
+
+def routing_summary(scores: Dict[str, Any]) -> List[str]:
+    """One line per routing classifier (a `<prefix>_routed_accuracy` key): the
+    in-scope docs routed right, the coverage and the out-of-scope recall, in
+    percent, its score prefix first unless it is "cats"."""
+    lines = []
+    for key in sorted(scores):
+        if not key.endswith("_routed_accuracy") or scores[key] is None:
+            continue
+        prefix = key[: -len("_routed_accuracy")]
+        right, coverage, oos = (
+            _percent(scores.get(f"{prefix}_{name}"))
+            for name in ("routed_accuracy", "coverage", "oos_r")
+        )
+        lines.append(
+            ("" if prefix == "cats" else f"{prefix}: ")
+            + f"routed right {right}, coverage {coverage}, out-of-scope recall {oos}"
+            + (" (no out-of-scope docs)" if oos == "-" else "")
+        )
+    return lines
+
+
+def _percent(value: Any) -> str:
+    return f"{value * 100:.2f}" if isinstance(value, (int, float)) else "-"
 
 
 # --- records -------------------------------------------------------------------

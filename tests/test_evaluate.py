@@ -18,6 +18,7 @@ from spacy_bert_pipes.evaluate import (
     prediction_records,
     question_scores,
     read_examples,
+    routing_summary,
     summary_rows,
     write_predictions,
     write_scores,
@@ -128,6 +129,29 @@ def test_summary_rows() -> None:
         ("Words per second", "1235"),
         ("Spans sc F", "50.00"),
         ("Spans sc P", "-"),
+    ]
+
+
+def test_routing_summary() -> None:
+    scores = {
+        "cats_routed_accuracy": 0.938,
+        "cats_coverage": 0.971,
+        "cats_oos_r": 0.924,
+        "nlu_routed_accuracy": 0.5,
+        "nlu_coverage": 1.0,
+        "nlu_oos_r": None,
+        "other_routed_accuracy": None,  # another head's test set: no line
+    }
+    assert routing_summary(scores) == [
+        "routed right 93.80, coverage 97.10, out-of-scope recall 92.40",
+        "nlu: routed right 50.00, coverage 100.00, out-of-scope recall - (no out-of-scope docs)",
+    ]
+    rows = summary_rows(scores)
+    # the routing figures lead the printed table
+    assert [name for name, _ in rows[:3]] == [
+        "Routed right (in-scope docs)",
+        "In-scope docs routed (coverage)",
+        "Out-of-scope recall",
     ]
 
 

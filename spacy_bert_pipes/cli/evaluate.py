@@ -12,6 +12,7 @@ from ..evaluate import (
     evaluate,
     prediction_records,
     read_examples,
+    routing_summary,
     summary_rows,
     write_predictions,
     write_scores,
@@ -91,6 +92,8 @@ def evaluate_cli(
         fail(str(err))
     scores = result.scores
     msg.table(summary_rows(scores), title=f"{pipeline} on {data_path} ({len(examples)} docs)")
+    for line in routing_summary(scores):
+        msg.info(f"Routing: {line}")
     for key, name in (("ents_per_type", "NER"), ("cats_f_per_type", "Textcat")):
         per_label = scores.get(key) or {}
         if 0 < len(per_label) <= MAX_LABEL_ROWS:

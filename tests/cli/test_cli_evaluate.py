@@ -123,6 +123,55 @@ def test_scores_are_those_of_spacy_evaluate(textcat_ner: Dict[str, str], tmp_pat
     assert f"({textcat_ner['n']} docs)" in result.output
 
 
+def test_a_router_s_summary_and_per_label_table_count_its_decisions(
+    textcat_ner: Dict[str, str], tmp_path: Path
+) -> None:
+    # the pipeline with a threshold that routes some docs, on data with
+    # out-of-scope docs (no positive label)
+    nlp = spacy.load(textcat_ner["pipeline"])
+    confidences = sorted(nlp(text)._.route["confidence"] for text, _ in TRAIN_TEXTS)
+    threshold = (confidences[2] + confidences[3]) / 2  # routes about half of them
+    nlp = spacy.load(
+        textcat_ner["pipeline"],
+        config={"components": {"bert_textcat": {"oos_threshold": threshold}}},
+    )
+    nlp.to_disk(tmp_path / "router")
+    docs = []
+    for text, label in TRAIN_TEXTS:
+        doc = nlp.make_doc(text)
+        doc.cats = {lb: float(lb == label) for lb in ("card", "fx", "other")}
+        docs.append(doc)
+    for text in ("the weather in rome", "play some jazz", "book a table", "paris"):
+        doc = nlp.make_doc(text)
+        doc.cats = {"card": 0.0, "fx": 0.0, "other": 0.0}
+        docs.append(doc)
+    DocBin(docs=docs).to_disk(tmp_path / "mixed.spacy")
+    output = tmp_path / "metrics.json"
+    args = ["evaluate", str(tmp_path / "router"), str(tmp_path / "mixed.spacy"), "-o", str(output)]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    scores = json.loads(output.read_text())
+    right, coverage, oos = (scores[f"cats_{k}"] for k in ("routed_accuracy", "coverage", "oos_r"))
+    assert 0 < coverage < 1
+    line = (
+        f"Routing: routed right {right * 100:.2f}, coverage {coverage * 100:.2f}, "
+        f"out-of-scope recall {oos * 100:.2f}"
+    )
+    assert line in " ".join(result.output.split())  # wasabi wraps long lines
+    # a label's recall is the share of its docs routed right: never above coverage
+    routes = [doc._.route for doc in nlp.pipe(text for text, _ in TRAIN_TEXTS)]
+    for label, prf in scores["cats_f_per_type"].items():
+        gold = [r for r, (_, lb) in zip(routes, TRAIN_TEXTS) if lb == label]
+        right_here = sum(r["label"] == label for r in gold)
+        assert prf["r"] == pytest.approx(right_here / len(gold))
+        # out-of-scope docs not routed are no false positive of their top label
+        foreign = [nlp(d.text)._.route for d in docs[len(TRAIN_TEXTS) :]]
+        wrong = sum(r["label"] == label for r in foreign)
+        wrong += sum(r["label"] == label for r, (_, lb) in zip(routes, TRAIN_TEXTS) if lb != label)
+        predicted = right_here + wrong
+        assert prf["p"] == pytest.approx(right_here / predicted if predicted else 0.0)
+
+
 def test_precision_scores_the_pipeline_with_its_encoders_at_it(
     textcat_ner: Dict[str, str], tmp_path: Path
 ) -> None:
