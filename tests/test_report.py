@@ -450,6 +450,9 @@ def test_collection_counts(tmp_path: Path) -> None:
         "docs_with_cats": 3,
         "categories": Counter({"card": 2, "refund": 2}),
         "docs_without_category": 1,
+        "routed": Counter(),
+        "not_routed": Counter(),
+        "docs_with_route": 0,
         "entities": Counter({"PER": 2, "LOC": 1}),
         "entity_docs": Counter({"PER": 2, "LOC": 1}),
         "docs_with_entities": 2,
@@ -784,3 +787,109 @@ def test_the_one_pass_heads_beside_the_heads_apart(tmp_path: Path) -> None:
     (folder / "multitask_conll2003.json").unlink()
     with pytest.raises(ReportError, match="--one-pass: .*multitask_conll2003.json: no such"):
         write_report([folder], tmp_path / "out", plots=False, one_pass=folder)
+
+
+def route(label: Any, top: str, confidence: float, decision: str) -> Dict[str, Any]:
+    return {"label": label, "top": top, "confidence": confidence, "decision": decision}
+
+
+def test_a_routed_collection_counts_the_routing_decision(tmp_path: Path) -> None:
+    # probabilities of 0.5 or more would count card 4 times; the router routed it once
+    rows = [
+        {
+            "id": "1",
+            "cats": {"card": 0.9, "fx": 0.1},
+            "route": route("card", "card", 0.8, "routed"),
+        },
+        {
+            "id": "2",
+            "cats": {"card": 0.8, "fx": 0.2},
+            "route": route(None, "card", 0.01, "out_of_scope"),
+        },
+        {
+            "id": "3",
+            "cats": {"card": 0.7, "fx": 0.3},
+            "route": route(None, "card", 0.02, "out_of_scope"),
+        },
+        {
+            "id": "4",
+            "cats": {"card": 0.5, "fx": 0.5},
+            "route": route(None, "card", 0.6, "ambiguous"),
+        },
+        {"id": "5", "cats": {"card": 0.4, "fx": 0.6}, "route": route("fx", "fx", 0.7, "routed")},
+    ]
+    for row in rows:
+        row.update(entities=[], answers=[])
+    path = write_jsonl(tmp_path / "tickets.jsonl", rows)
+    collection = read_collection(path)
+    assert collection.categories == Counter({"card": 4, "fx": 2})
+    assert collection.routed == Counter({"card": 1, "fx": 1})
+    assert collection.not_routed == Counter({"out_of_scope": 2, "ambiguous": 1})
+    assert collection.docs_with_route == 5
+    report = write_report([], tmp_path / "out", annotations=[path], plots=False)
+    markdown = report.markdown.read_text(encoding="utf8")
+    assert "2 of 5 docs routed to a label, 2 to none of these, 1 ambiguous" in markdown
+    for line in (
+        "| (none of these) | 2 | 40.0 |",
+        "| card | 1 | 20.0 |",
+        "| fx | 1 | 20.0 |",
+        "| (ambiguous) | 1 | 20.0 |",
+    ):
+        assert line in markdown, line
+    assert "| card | 4 |" not in markdown
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{**rows[0], "route": {"decision": "maybe"}}])
+    with pytest.raises(ReportError, match="bad.jsonl:1: route is not"):
+        read_collection(bad)
+
+
+def test_a_router_s_run_shows_its_routing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_scorers import ROUTED_ROWS, routed_examples
+
+    from spacy_bert_pipes.report import textcat as textcat_report
+    from spacy_bert_pipes.scorers import score_textcat
+
+    scores = score_textcat(
+        routed_examples(ROUTED_ROWS),
+        labels=["a", "b"],
+        multi_label=False,
+        route_attr="route",
+        oos_label="oos",
+    )
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    write_json(folder / "router.json", scores)
+    drawn: Dict[str, Any] = {}
+
+    def capture(name: str) -> Any:
+        def draw(path: Path, *args: Any) -> None:
+            drawn[name] = args
+            path.write_bytes(PNG)
+
+        return draw
+
+    monkeypatch.setattr(textcat_report, "draw_risk_coverage", capture("risk"))
+    monkeypatch.setattr(textcat_report, "draw_reliability", capture("reliability"))
+    report = write_report([folder], tmp_path / "out")
+    markdown = report.markdown.read_text(encoding="utf8")
+    # the summary line: routed right 1 of 3 in-scope docs, 2 of 3 routed, 2 of 3 caught
+    assert (
+        "| `router` | text classification | routed right 33.33, coverage 66.67, "
+        "out-of-scope recall 66.67; accuracy 66.67, macro F 33.33 |" in markdown
+    )
+    names = sorted(p.name for p in report.images)
+    assert "router_risk_coverage.png" in names and "router_route_reliability.png" in names
+    curves, _ = drawn["risk"]
+    assert [name for name, _, _ in curves] == ["in-scope docs", "all docs"]
+    (_, in_scope, in_point), (_, every, point) = curves
+    assert in_scope == scores["cats_risk_coverage_in_scope"]
+    assert every == scores["cats_risk_coverage"]
+    # in scope: 2 of 3 routed, 1 of those 2 right; all docs: 3 of 6 routed, 1 right
+    assert in_point == pytest.approx((2 / 3, 1 / 2))
+    assert point == pytest.approx((1 / 2, 1 / 3))
+    # the last reliability diagram drawn is the top probability's; the routing
+    # confidence's came before it
+    assert drawn["reliability"][0] == scores["cats_reliability"]
+    assert "Per bin of the routing confidence" in markdown
+    # the per-label table counts the routing decision
+    assert "| b | 0.00 | 0.00 | 0.00 |" in markdown
+    assert "| a | 100.00 | 50.00 | 66.67 |" in markdown

@@ -81,8 +81,9 @@ def report_cli(
     all labels), NER error types per label, QA exact match and F1 per
     question and per answer length; QA with and without an answer. Other
     *_time.json files are listed in a timings table. Each --annotations output
-    gets its rows, error rows, docs/s, most frequent categories (probability
-    >= 0.5), entities per label and answers per question, with bar charts;
+    gets its rows, error rows, docs/s, most frequent categories (a router's
+    routing decisions, else probability >= 0.5), entities per label and
+    answers per question, with bar charts;
     with a vector column (annotate --vectors), a 2-D map of its rows coloured
     by predicted intent, and the near-duplicates of bert-pipes
     similar-collection (<stem>_similar.json beside it). --one-pass adds the

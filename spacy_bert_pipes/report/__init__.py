@@ -16,8 +16,10 @@ Writes into an output folder:
 * the PNGs: per-label F1 bars (textcat, NER), the confusion matrix of an
   exclusive classifier (its most confused labels, and all labels), NER error
   types per label, QA exact match and F1 with and without an answer, per
-  question and per answer length; for an annotated collection, bars of its
-  most frequent categories, its entities per label and its answers per question,
+  question and per answer length; a router's risk-coverage curves (in-scope
+  and all docs) and reliability diagrams (routing confidence, top probability);
+  for an annotated collection, bars of its most frequent categories (a router's
+  routing decisions), its entities per label and its answers per question,
   and, with a vector column (`annotate --vectors`), a 2-D map of its rows.
 
 What a run reports depends on the keys of its metrics: `cats_*` (text

@@ -195,8 +195,16 @@ def _main_scores(s: Dict[str, Any], task: str) -> Tuple[str, str]:
         exclusive = s.get(f"{p}_accuracy") is not None
         notes = ([] if exclusive else ["multi-label"]) + ([] if p == "cats" else [f"`{p}_`"])
         name = "text classification" + (f" ({', '.join(notes)})" if notes else "")
+        scores = f"accuracy {pct(s.get(f'{p}_accuracy'))}, macro F {pct(s.get(f'{p}_macro_f'))}"
+        if exclusive and s.get(f"{p}_routed_accuracy") is not None:
+            routing = (
+                f"routed right {pct(s[f'{p}_routed_accuracy'])}, "
+                f"coverage {pct(s.get(f'{p}_coverage'))}, "
+                f"out-of-scope recall {pct(s.get(f'{p}_oos_r'))}"
+            )
+            return name, f"{routing}; {scores}"
         if exclusive:
-            return name, f"accuracy {pct(s[f'{p}_accuracy'])}, macro F {pct(s.get(f'{p}_macro_f'))}"
+            return name, scores
         return name, f"macro F {pct(s.get(f'{p}_macro_f'))}, micro F {pct(s.get(f'{p}_micro_f'))}"
     if task.startswith("ner:"):
         prefix = task[len("ner:") :]

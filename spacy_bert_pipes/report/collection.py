@@ -12,6 +12,8 @@ from .plots import (
     draw_grouped_bars,
 )
 
+# How the docs not routed are shown among the routed labels.
+NOT_ROUTED = {"out_of_scope": "(none of these)", "ambiguous": "(ambiguous)"}
 # Categories and entity labels of an annotated collection shown (the most frequent).
 TOP_LABELS = 20
 
@@ -46,7 +48,27 @@ def collection_section(c: Collection, figures: Figures) -> List[Block]:
             ),
             Table(["Source", "Id", "Reason"], rows, "lll"),
         ]
-    if c.docs_with_cats:
+    if c.docs_with_route:
+        decided = c.routed + Counter(
+            {NOT_ROUTED[decision]: n for decision, n in c.not_routed.items()}
+        )
+        n_routed = sum(c.routed.values())
+        blocks += _label_counts(
+            c,
+            figures,
+            decided,
+            "categories",
+            summary=lambda shown: (
+                f"Docs per routing decision (the `route` column; {shown} {len(decided)}): "
+                f"{n_routed} of {c.docs_with_route} docs routed to a label, "
+                f"{c.not_routed['out_of_scope']} to none of these, "
+                f"{c.not_routed['ambiguous']} ambiguous."
+            ),
+            columns=["Routed to", "Docs", "% of docs"],
+            row=lambda k, n: [k, str(n), pct(n / c.docs_with_route, 1)],
+            plot=("Docs per routing decision", "docs per routing decision", "docs"),
+        )
+    elif c.docs_with_cats:
         blocks += _label_counts(
             c,
             figures,

@@ -19,6 +19,8 @@ TIME_SUFFIX = "_time.json"
 TRAIN_TIME = "_train_time"
 # An annotated doc counts for a category at this probability or more.
 CATEGORY_THRESHOLD = 0.5
+# The decisions of a row's route (docs/routing.md).
+ROUTE_DECISIONS = ("routed", "out_of_scope", "ambiguous")
 # Error rows of an annotated collection whose reasons are listed.
 MAX_ERROR_REASONS = 5
 # Near-duplicate pairs of an annotated collection shown as examples.
@@ -83,6 +85,10 @@ class Collection:
     docs_with_cats (int): Rows with `cats` (not null).
     categories (Counter): Label -> docs with a probability >= CATEGORY_THRESHOLD.
     docs_without_category (int): Rows with `cats` but no such label.
+    routed (Counter): Label -> rows routed to it (the `route` column of an
+        exclusive bert_textcat, docs/routing.md).
+    not_routed (Counter): "out_of_scope" or "ambiguous" -> rows not routed.
+    docs_with_route (int): Rows with a route.
     entities (Counter): Label -> entities.
     entity_docs (Counter): Label -> docs with an entity of the label.
     docs_with_entities (int): Rows with at least one entity.
@@ -112,6 +118,9 @@ class Collection:
     docs_with_cats: int = 0
     categories: Counter = field(default_factory=Counter)
     docs_without_category: int = 0
+    routed: Counter = field(default_factory=Counter)
+    not_routed: Counter = field(default_factory=Counter)
+    docs_with_route: int = 0
     entities: Counter = field(default_factory=Counter)
     entity_docs: Counter = field(default_factory=Counter)
     docs_with_entities: int = 0
@@ -134,7 +143,7 @@ class Collection:
         `labels`: the categories its intent is chosen from (None: all)."""
         if row.get("id") is None:
             raise ReportError(f'{where}: a row without "id"')
-        cats, entities, answers = row["cats"], row["entities"], row["answers"]
+        cats, entities, answers = row.get("cats"), row.get("entities", []), row.get("answers", [])
         if cats is not None and not (
             isinstance(cats, dict) and all(_is_number(v) for v in cats.values())
         ):
@@ -149,8 +158,22 @@ class Collection:
             isinstance(a, dict) and isinstance(a.get("key"), str) for a in answers
         ):
             raise ReportError(f"{where}: answers is not a list of {{key, ...}}: {_show(answers)}")
+        route = row.get("route")
+        if route is not None and not (
+            isinstance(route, dict) and route.get("decision") in ROUTE_DECISIONS
+        ):
+            raise ReportError(
+                f"{where}: route is not {{label, top, confidence, decision}} or null: "
+                f"{_show(route)}"
+            )
         self.rows += 1
         self.ids.append(str(row["id"]))
+        if route is not None:
+            self.docs_with_route += 1
+            if route["decision"] == "routed":
+                self.routed[str(route["label"])] += 1
+            else:
+                self.not_routed[route["decision"]] += 1
         self.intents.append(top_intent(cats, labels))
         if cats is not None:
             self.docs_with_cats += 1

@@ -328,29 +328,38 @@ def draw_collection_map(
 
 
 def draw_risk_coverage(
-    path: Path, curve: List[Dict[str, float]], title: str, operating: Optional[Tuple[float, float]]
+    path: Path,
+    curves: List[Tuple[str, List[Dict[str, float]], Optional[Tuple[float, float]]]],
+    title: str,
 ) -> None:
     """Accuracy of the routed docs against the share routed, the most confident
-    first, with the threshold's operating point (coverage, accuracy) marked."""
+    first: one line per (name, curve, operating point), each with its
+    threshold's point (share routed, accuracy) marked."""
     Figure = figure_class()
     fig = Figure(figsize=(5.6, 4.2), dpi=110)
     fig.set_layout_engine("constrained")
     ax = fig.add_subplot()
-    xs = [p["coverage"] * 100 for p in curve]
-    ys = [p["accuracy"] * 100 for p in curve]
-    ax.plot(xs, ys, color="#2a788e", linewidth=2, label="most confident first")
-    if operating is not None:
-        ax.scatter(
-            [operating[0] * 100],
-            [operating[1] * 100],
-            color="#d1495b",
-            zorder=3,
-            label=f"threshold: {operating[0] * 100:.1f}% routed, {operating[1] * 100:.1f}% right",
-        )
-    ax.set_xlabel("docs routed (%)")
+    colours = ("#2a788e", "#7a5195", "#ef5675")
+    lowest = 80.0
+    for (name, curve, operating), colour in zip(curves, colours):
+        xs = [p["coverage"] * 100 for p in curve]
+        ys = [p["accuracy"] * 100 for p in curve]
+        lowest = min(ys + [lowest])
+        ax.plot(xs, ys, color=colour, linewidth=2, label=name)
+        if operating is not None:
+            ax.scatter(
+                [operating[0] * 100],
+                [operating[1] * 100],
+                color=colour,
+                edgecolor="black",
+                zorder=3,
+                label=f"threshold: {operating[0] * 100:.1f}% routed, "
+                f"{operating[1] * 100:.1f}% right",
+            )
+    ax.set_xlabel("docs routed, most confident first (%)")
     ax.set_ylabel("accuracy of the routed docs (%)")
     ax.set_xlim(0, 101)
-    ax.set_ylim(min(ys + [80.0]) - 2, 100.5)
+    ax.set_ylim(lowest - 2, 100.5)
     ax.grid(alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(title, fontsize=10.5)
@@ -359,9 +368,13 @@ def draw_risk_coverage(
 
 
 def draw_reliability(
-    path: Path, bins: List[Dict[str, float]], title: str, ece: Optional[float]
+    path: Path,
+    bins: List[Dict[str, float]],
+    title: str,
+    ece: Optional[float],
+    confidence: str = "top probability",
 ) -> None:
-    """Reliability diagram: each bin's accuracy against its mean top probability
+    """Reliability diagram: each bin's accuracy against its mean `confidence`
     (the diagonal is perfect calibration), the bins' doc counts below."""
     Figure = figure_class()
     fig = Figure(figsize=(5.2, 5.2), dpi=110)
@@ -383,7 +396,7 @@ def draw_reliability(
         color="#d1495b",
         s=14,
         zorder=3,
-        label="mean top probability",
+        label=f"mean {confidence}",
     )
     ax.plot([0, 100], [0, 100], color="grey", linestyle="--", linewidth=1)
     ax.set_ylabel("%")
@@ -394,7 +407,7 @@ def draw_reliability(
     counts.bar(centres, [b["docs"] for b in bins], width * 0.9, color="#bbbbbb")
     counts.set_yscale("log")
     counts.set_ylabel("docs")
-    counts.set_xlabel("top probability (%)")
+    counts.set_xlabel(f"{confidence} (%)")
     counts.set_xlim(0, 100)
     for axis in (ax, counts):
         axis.spines[["top", "right"]].set_visible(False)

@@ -2,7 +2,7 @@
 of an exclusive classifier or the label errors of a multi-label one."""
 
 from collections import Counter
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .analysis import (
     TOP_CONFUSED_LABELS,
@@ -205,23 +205,52 @@ def _routing(s: Dict[str, Any], prefix: str, stem: str, figures: Figures) -> Lis
         rows.append(["Expected calibration error, in-scope docs (15 bins)", f"{ece:.4f}"])
     blocks: List[Block] = [Heading(4, "Routing"), Table(["Score", "Value"], rows)]
     share, precision = s.get(f"{prefix}_routed_share"), s.get(f"{prefix}_routed_precision")
+    coverage, right = s.get(f"{prefix}_coverage"), s.get(f"{prefix}_routed_accuracy")
+    in_scope = s.get(f"{prefix}_risk_coverage_in_scope")
     if curve:
-        operating = None
+        # (name, curve, the configured threshold's point on it)
+        curves: List[Tuple[str, List[Dict[str, float]], Optional[Tuple[float, float]]]] = []
+        if in_scope:
+            point = None
+            if coverage and right is not None:  # routed right over the in-scope docs routed
+                point = (float(coverage), float(right) / float(coverage))
+            curves.append(("in-scope docs", in_scope, point))
+        point = None
         if share is not None and precision is not None:
-            operating = (float(share), float(precision))
+            point = (float(share), float(precision))
+        curves.append(("all docs", curve, point))
         blocks += figures.image(
             f"{stem}_risk_coverage",
-            f"Risk-coverage curve, {stem}",
+            f"Risk-coverage curves, {stem}",
             draw_risk_coverage,
-            curve,
-            f"{stem}: accuracy against docs routed (all docs)",
-            operating,
+            curves,
+            f"{stem}: accuracy against docs routed",
         )
         blocks.append(
             Paragraph(
-                "The curve routes the most confident docs first; an out-of-scope doc "
-                "routed counts as wrong. The dot is the configured threshold: the share "
-                "of all docs it routes, and how many of those go to the right label."
+                "Each curve routes the most confident docs first. Over the in-scope docs, "
+                "the share routed is the coverage and a doc is right when its top label "
+                "is its gold label; over all docs, an out-of-scope doc routed counts as "
+                "wrong, so with much foreign traffic that curve falls early. The dots "
+                "are the configured threshold."
+            )
+        )
+    route_bins = s.get(f"{prefix}_route_reliability")
+    if route_bins:
+        blocks += figures.image(
+            f"{stem}_route_reliability",
+            f"Reliability of the routing confidence, {stem}",
+            draw_reliability,
+            route_bins,
+            f"{stem}: routing confidence, all docs",
+            None,
+            "routing confidence",
+        )
+        blocks.append(
+            Paragraph(
+                "Per bin of the routing confidence (`doc._.route`), all docs: the share "
+                "whose top label is their gold label (an out-of-scope doc is wrong). The "
+                "threshold routes the bins at or above it."
             )
         )
     if bins:
@@ -230,7 +259,7 @@ def _routing(s: Dict[str, Any], prefix: str, stem: str, figures: Figures) -> Lis
             f"Reliability diagram, {stem}",
             draw_reliability,
             bins,
-            f"{stem}: reliability of the top probability",
+            f"{stem}: reliability of the top probability, in-scope docs",
             ece,
         )
     return blocks
