@@ -489,6 +489,10 @@ def test_collection_without_cats_or_errors(tmp_path: Path) -> None:
     assert "## Annotated collection: plain.jsonl" in markdown
     assert "| Rows annotated | 4 |" in markdown and "| Error rows | 0 |" in markdown
     assert "| Wall time (h:mm:ss) | - |" in markdown
+    # and says how to get one
+    timed = tmp_path / "plain_time.json"
+    assert "No wall time: no `plain_time.json`" in markdown
+    assert f"`python scripts/timed.py {timed} -- bert-pipes annotate ...`" in markdown
     # nothing predicted: no tables and no pictures of categories, entities or answers;
     # no vectors: the map's section says so
     assert report.images == []
@@ -561,6 +565,7 @@ def test_report_of_annotated_collections(metrics_dir: Path, tmp_path: Path) -> N
         "| Error rows | 0 |" in tickets_section and "could not be annotated" not in tickets_section
     )
     assert "| Docs/s (rows annotated / wall time) | 0.5 |" in tickets_section
+    assert "No wall time" not in markdown
     assert "| card | 2 | 100.0 |" in tickets_section and "| refund | 2 | 100.0 |" in tickets_section
     assert f"Made from `{metrics_dir / 'multilabel.json'}`" in markdown and f"`{table}`" in markdown
 

@@ -37,6 +37,16 @@ def collection_section(c: Collection, figures: Figures) -> List[Block]:
         Paragraph(f"The output of `bert-pipes annotate` in `{c.path}`{timed}."),
         Table(["Annotation", "Value"], rows),
     ]
+    if speed is None:
+        # `bert-pipes annotate` records no time of its own: the workflow times it
+        blocks.append(
+            Paragraph(
+                f"No wall time: no `{c.name}{TIME_SUFFIX}` among the metrics or beside "
+                f"`{c.path}`. Run the annotation as `python scripts/timed.py "
+                f"{c.path.with_name(c.name + TIME_SUFFIX)} -- bert-pipes annotate ...` to "
+                "record it, as the project's workflows do."
+            )
+        )
     if c.error_rows:
         rows = [
             [str(e.get("source", "-")), str(e.get("id")), short(str(e["reason"]), 160)]
