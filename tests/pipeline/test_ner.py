@@ -316,6 +316,44 @@ def test_no_labels_is_a_clear_error(tiny_bert: Path) -> None:
         nlp.initialize(lambda: [Example.from_dict(nlp.make_doc("hi"), {"entities": []})])
 
 
+@pytest.mark.parametrize("labels", ["PER, LOC", "PER"])
+def test_labels_given_as_a_string_are_an_error(tiny_bert: Path, labels: str) -> None:
+    nlp = make_nlp(tiny_bert)
+    nlp.config["initialize"]["components"]["bert_ner"]["labels"] = labels
+    # in the config: spaCy's validation of the initialize settings names the
+    # component and the setting
+    with pytest.raises(ValueError, match=r"bert_ner -> labels\s+Input should be a valid list"):
+        nlp.initialize(lambda: ner_examples(nlp))
+    # in Python
+    ner = nlp.get_pipe("bert_ner")
+    with pytest.raises(ValueError, match="'bert_ner' must be a list of strings") as error:
+        ner.initialize(lambda: ner_examples(nlp), nlp=nlp, labels=labels)  # type: ignore[arg-type]
+    assert repr(labels) in str(error.value)
+    assert 'labels = ["PER", "ORG"]' in str(error.value)
+    assert ner.labels == ()
+
+
+@pytest.mark.parametrize("label", ["", "  ", "O", "B-PER"])
+def test_a_label_that_cannot_be_an_entity_label(tiny_bert: Path, label: str) -> None:
+    ner = make_nlp(tiny_bert).get_pipe("bert_ner")
+    with pytest.raises(ValueError, match="Invalid entity label .* for 'bert_ner': an entity"):
+        ner.add_label(label)
+
+
+def test_initialize_twice(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    examples = ner_examples(nlp)
+    nlp.initialize(lambda: examples)
+    ner = nlp.get_pipe("bert_ner")
+    nlp.initialize(lambda: examples)
+    assert ner.labels == tuple(NER_LABELS)
+    assert all(ent.label_ in NER_LABELS for ent in nlp("john smith is in paris").ents)
+    # other labels than the first initialize's: the head has no room for them
+    nlp.config["initialize"]["components"]["bert_ner"]["labels"] = ["LOC", "PER"]
+    with pytest.raises(ValueError, match="initialized with the entity labels"):
+        nlp.initialize(lambda: examples)
+
+
 def test_bad_settings_fail_early(tiny_bert: Path) -> None:
     with pytest.raises(Exception, match="annotate"):
         make_nlp(tiny_bert, annotate="both")

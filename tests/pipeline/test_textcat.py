@@ -62,6 +62,34 @@ def test_labels_added_before_initialize_are_kept(tiny_bert: Path) -> None:
     assert list(nlp("my card").cats) == ["pin", *sorted(LABELS)]
 
 
+def test_initialize_twice(tiny_bert: Path) -> None:
+    """A second nlp.initialize() sets the head up again with the labels of the
+    first (as spaCy's textcat keeps its labels)."""
+    nlp = make_nlp(tiny_bert)
+    textcat = nlp.get_pipe("bert_textcat")
+    textcat.add_label("pin")
+    examples = textcat_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 2e-3
+    for _ in range(20):
+        nlp.update(examples, sgd=optimizer)
+    trained = [nlp(text).cats for text, _ in TRAIN_TEXTS]
+    nlp.initialize(lambda: examples)
+    assert textcat.labels == ("pin", *sorted(LABELS))
+    again = [nlp(text).cats for text, _ in TRAIN_TEXTS]
+    assert all(list(cats) == list(textcat.labels) for cats in again)
+    # the head starts again: the training of the first run is gone
+    assert [cats["card"] for cats in again] != pytest.approx([cats["card"] for cats in trained])
+    # fewer labels in the examples: the first initialize's are kept
+    nlp.initialize(lambda: examples[:2])
+    assert textcat.labels == ("pin", *sorted(LABELS))
+    # a label the head has no room for
+    more = textcat_examples(nlp, data=[("top up my account", "top_up")], labels=["top_up"])
+    with pytest.raises(ValueError, match="adds \\['top_up'\\], for which its head has no room"):
+        nlp.initialize(lambda: [*examples, *more])
+    assert textcat.labels == ("pin", *sorted(LABELS))
+
+
 def test_overfits_a_handful_of_examples(tiny_bert: Path) -> None:
     nlp = trained(tiny_bert, steps=60)
     for text, gold in TRAIN_TEXTS:

@@ -65,6 +65,36 @@ def test_label_names_as_descriptions(tiny_bert: Path) -> None:
     assert top(nlp, "pin") == "pin"
 
 
+@pytest.mark.parametrize("names_as_descriptions", [True, False])
+def test_a_label_name_without_words_is_an_error(
+    tiny_bert: Path, names_as_descriptions: bool
+) -> None:
+    nlp = make_nlp(tiny_bert, label_names_as_descriptions=names_as_descriptions)
+    nlp.config["initialize"]["components"]["bert_textcat"]["labels"] = ["money_transfer", "___"]
+    with pytest.raises(ValueError, match="the label '___' has no words") as error:
+        nlp.initialize()
+    assert "[components.bert_textcat.label_descriptions]" in str(error.value)
+    # described, the label is fine, beside one described by its name
+    nlp = make_nlp(
+        tiny_bert, label_descriptions={"___": "anything else"}, label_names_as_descriptions=True
+    )
+    nlp.config["initialize"]["components"]["bert_textcat"]["labels"] = ["___", "pin"]
+    nlp.initialize()
+    assert top(nlp, "anything else") == "___"
+
+
+def test_zero_shot_initialize_twice(tiny_bert: Path) -> None:
+    nlp = make_nlp(tiny_bert)
+    textcat = nlp.get_pipe("bert_textcat")
+    textcat.add_label("money_transfer")
+    textcat.add_label("pin")
+    nlp.initialize()
+    nlp.initialize()
+    assert textcat.labels == ("money_transfer", "pin")
+    assert top(nlp, "money transfer") == "money_transfer"
+    assert top(nlp, "pin") == "pin"
+
+
 def test_labels_added_before_initialize_are_described_by_their_names(tiny_bert: Path) -> None:
     nlp = make_nlp(tiny_bert)
     textcat = nlp.get_pipe("bert_textcat")
