@@ -34,8 +34,8 @@ def test_similar_runs_between_annotate_and_report() -> None:
             "all-gpu",
             "-multitask-full",
             "collection_multitask_full",
-            "train-multitask-full",
-            "training/multitask-full/model-last",
+            "calibrate-multitask-full",
+            "training/multitask-full/model-routed",
             "corpus/collection_full.jsonl",
         ),
         (
@@ -159,6 +159,7 @@ def test_all_gpu_trains_the_one_pass_pipeline_on_full_data() -> None:
         "convert-ner",
         "convert-qa",
         "train-multitask-full",
+        "calibrate-multitask-full",
         "evaluate-multitask-full",
         "collection-full",
         "annotate-multitask-full",
@@ -207,11 +208,11 @@ def test_all_gpu_trains_the_one_pass_pipeline_on_full_data() -> None:
         "restaurant8k": "corpus/restaurant8k/test_all.spacy",
     }
     assert "corpus/restaurant8k/test_all.spacy" in command(config, "evaluate-qa-slots-full")["deps"]
-    assert evaluate["deps"] == ["training/multitask-full/model-last", *tests.values()]
+    assert evaluate["deps"] == ["training/multitask-full/model-routed", *tests.values()]
     report = command(config, "report-multitask-full")
     for (source, test), line in zip(tests.items(), evaluate["script"]):
         assert line.startswith(
-            f"python -m spacy_bert_pipes evaluate training/multitask-full/model-last {test} "
+            f"python -m spacy_bert_pipes evaluate training/multitask-full/model-routed {test} "
         )
         assert "--gpu-id ${vars.gpu_id_full}" in line
         for output in (
@@ -222,7 +223,7 @@ def test_all_gpu_trains_the_one_pass_pipeline_on_full_data() -> None:
             assert output in report["deps"] and output in report["script"][0]
     annotate = command(config, "annotate-multitask-full")
     script = annotate["script"][0]
-    assert "annotate training/multitask-full/model-last corpus/collection_full.jsonl " in script
+    assert "annotate training/multitask-full/model-routed corpus/collection_full.jsonl " in script
     assert "--gpu-id ${vars.gpu_id_full}" in script
     # the shared pass answers fixed slot questions only: no per-row questions
     assert "--questions-column" not in script
@@ -235,6 +236,69 @@ def test_all_gpu_trains_the_one_pass_pipeline_on_full_data() -> None:
         assert timing in report["deps"] and timing in report["script"][0]
     # --one-pass reads the CPU run's file names (multitask_<corpus>.json): not for full runs
     assert "--one-pass" not in report["script"][0]
+
+
+def test_each_intent_classifier_is_calibrated_as_all_does() -> None:
+    """all, all-gpu and apart calibrate their Banking77 intents on the held-out
+    dev set to route vars.intents_coverage of them, and score and annotate
+    (or assemble) the calibrated pipeline."""
+    config = project()
+    workflows = config["workflows"]
+    # workflow, trains, calibrates, from, to, component, gpu, the steps that use it
+    for workflow, train, calibrate, trained, routed, component, gpu, users in (
+        (
+            "all",
+            "train-multitask",
+            "calibrate-multitask",
+            "training/multitask/model-last",
+            "training/multitask/model-routed",
+            "intents",
+            "${vars.gpu_id}",
+            ["evaluate-multitask", "annotate"],
+        ),
+        (
+            "all-gpu",
+            "train-multitask-full",
+            "calibrate-multitask-full",
+            "training/multitask-full/model-last",
+            "training/multitask-full/model-routed",
+            "intents",
+            "${vars.gpu_id_full}",
+            ["evaluate-multitask-full", "annotate-multitask-full"],
+        ),
+        (
+            "apart",
+            "train-textcat",
+            "calibrate-textcat",
+            "training/textcat/model-last",
+            "training/textcat/model-routed",
+            "bert_textcat",
+            "${vars.gpu_id}",
+            ["evaluate-textcat", "assemble"],
+        ),
+    ):
+        steps = workflows[workflow]
+        assert steps.index(train) + 1 == steps.index(calibrate), workflow
+        assert all(steps.index(calibrate) < steps.index(user) for user in users), workflow
+        step = command(config, calibrate)
+        script = step["script"][0]
+        assert script.startswith(f"python -m spacy_bert_pipes calibrate {trained} {routed} ")
+        for option in (
+            "--dev corpus/banking77/dev.spacy",
+            f"--component {component}",
+            "--coverage ${vars.intents_coverage}",
+            f"--gpu-id {gpu}",
+        ):
+            assert option in script, (calibrate, option)
+        report = script.split("--report ")[1].split()[0]
+        assert step["deps"] == [trained, "corpus/banking77/dev.spacy"]
+        assert step["outputs"] == [routed, report]
+        for user in users:
+            used = command(config, user)
+            assert f" {routed} " in used["script"][0] and routed in used["deps"], user
+            assert trained not in " ".join(used["script"]) + " ".join(used["deps"]), user
+    # one-pass runs apart's steps, the calibration included
+    assert "calibrate-textcat" in workflows["one-pass"]
 
 
 def test_apart_gpu_keeps_the_heads_apart() -> None:
@@ -273,7 +337,8 @@ def test_every_script_path_of_a_command_is_a_dep_or_an_output() -> None:
     """A file a command reads is a dep (or an earlier output) and each file it writes
     is an output, for the full-size commands whose scripts are one line."""
     config = project()
-    names = ["train-multitask-full", "evaluate-multitask-full", "annotate-multitask-full"]
+    names = ["train-multitask-full", "calibrate-multitask-full", "evaluate-multitask-full"]
+    names += ["annotate-multitask-full", "calibrate-multitask", "calibrate-textcat"]
     names += ["similar-multitask-full", "report-multitask-full"]
     for name in names:
         cmd = command(config, name)
