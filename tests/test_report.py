@@ -235,6 +235,25 @@ def test_inputs_are_paired_by_name(metrics_dir: Path) -> None:
     ]
 
 
+def test_runs_of_one_pipeline_share_its_training_time(tmp_path: Path) -> None:
+    # the one-pass pipeline scored on two test sets, trained once; textcat_full
+    # has no time of its own, and textcat's is another training's
+    for name, scores in (
+        ("multitask_banking77", TEXTCAT),
+        ("multitask_conll2003", NER),
+        ("textcat", TEXTCAT),
+        ("textcat_full", TEXTCAT),
+    ):
+        write_json(tmp_path / f"{name}.json", scores)
+    write_json(tmp_path / "multitask_train_time.json", {"seconds": 600})
+    write_json(tmp_path / "textcat_train_time.json", {"seconds": 60})
+    runs = {run.name: run for run in read_inputs([tmp_path]).runs}
+    assert runs["multitask_banking77"].timing == {"seconds": 600}
+    assert runs["multitask_conll2003"].timing == {"seconds": 600}
+    assert runs["textcat"].timing == {"seconds": 60}
+    assert runs["textcat_full"].timing is None
+
+
 def test_confusions() -> None:
     records = [r["components"]["bert_textcat"] for r in TEXTCAT_RECORDS]
     counts = confusion_counts(records)

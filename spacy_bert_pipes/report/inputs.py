@@ -281,10 +281,17 @@ def read_inputs(
             runs[path.stem] = Run(path.stem, path, data)
         else:
             notes.append(f"{path}: skipped (no cats_, ents_, spans_ or qa_ scores)")
-    for stem, timing in timings.items():
-        run = runs.get(stem[: -len(TRAIN_TIME)]) if stem.endswith(TRAIN_TIME) else None
-        if run is not None and isinstance(timing, dict):
-            run.timing = timing
+    for name, scored in runs.items():
+        # its own training time, else that of the pipeline it scores on one of
+        # several test sets (`multitask_banking77`: `multitask_train_time`), a
+        # prefix of its name that is no run itself
+        parts = name.split("_")
+        for end in range(len(parts), 0, -1):
+            prefix = "_".join(parts[:end])
+            timing = timings.get(prefix + TRAIN_TIME)
+            if isinstance(timing, dict) and (prefix == name or prefix not in runs):
+                scored.timing = timing
+                break
     for path in dict.fromkeys(prediction_files):
         name = path.name
         name = name[: -len(PREDICTIONS_SUFFIX)] if name.endswith(PREDICTIONS_SUFFIX) else path.stem
