@@ -1,5 +1,6 @@
 """Labels defined by descriptions and a few examples, for a `bert_textcat` whose
 model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`).
+One concept: a label as a prototype, from its setting to its vector.
 
 * `LabelPrototypes`: what the component owns (`BertTextCategorizer.prototypes`),
   over its model and cfg:
@@ -16,7 +17,8 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`
     plus the pair loss over the batch's docs.
 * `read_label_descriptions`: the `label_descriptions` setting (inline, or a JSON
   file) as label -> phrases, with an error that names the file and the label.
-* `check_label`: a label is one non-blank string (not a string of several).
+* `check_label`: a label is one non-blank string (not a string of several);
+  `name_description`: its name as a phrase, an error for a name without words.
 * `add_labels`: `add_described_label` for several labels of a loaded pipeline
   (`bert-pipes add-label`). The math is in `models/heads/prototypes.py`.
 """
