@@ -73,8 +73,10 @@ def write_input(folder: Path, fmt: str, records: List[Dict[str, Any]]) -> Path:
 
 
 def read_output(path: Path) -> List[Dict[str, Any]]:
-    """The output rows, with the JSON strings of CSV and Parquet decoded (a
-    Parquet "vector" column, of `annotate --vectors`, is a list already)."""
+    """The output rows as written, their columns in order, with the JSON strings
+    of CSV and Parquet annotations (and of CSV's "empty_text") decoded; the id
+    and the kept columns as they are (a Parquet "vector" column, of `annotate
+    --vectors`, is a list already)."""
     if path.suffix == ".jsonl":
         return [json.loads(line) for line in path.read_text(encoding="utf8").splitlines()]
     if path.suffix == ".csv":
@@ -82,8 +84,15 @@ def read_output(path: Path) -> List[Dict[str, Any]]:
     else:
         rows = pq.read_table(path).to_pylist()
     return [
-        {k: v if k in ("id", "vector") else json.loads(v) for k, v in row.items()} for row in rows
+        {
+            k: json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v
+            for k, v in row.items()
+        }
+        for row in rows
     ]
+
+
+JSON_COLUMNS = ("cats", "entities", "answers", "route", "empty_text")
 
 
 def read_errors(output: Path) -> List[Dict[str, Any]]:

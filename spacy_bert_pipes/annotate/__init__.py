@@ -7,6 +7,8 @@ types.py     the plain data: `AnnotateOptions`, `AnnotateRun` (and the names of
 prepare.py   `prepare_run` (checks, manifest, the chunks already committed;
              writes nothing) and `load_pipeline`.
 manifest.py  what the output depends on; a rerun resumes only the same.
+columns.py   OUTPUT's columns: the id's name, kept input columns, the
+             annotations the pipeline can fill, "empty_text", the vector.
 chunks.py    the input in numbered, checked chunks, and a chunk annotated.
 parts.py     `OUTPUT.parts`: start, commit a chunk, finish into OUTPUT.
 vectors.py   `--vectors`: the width of the pipeline's doc vectors, a doc's vector.

@@ -35,6 +35,7 @@ def read_rows(path: Path, options: AnnotateOptions) -> Iterator[InputRow]:
         text_column=options.text_column,
         id_column=options.id_column,
         questions_column=options.questions_column,
+        keep_columns=options.keep_columns,
     )
 
 
@@ -90,7 +91,8 @@ def annotate_chunk(
     vectors (Optional[VectorColumn]): Add each doc's vector (see `doc_vector`;
         a doc without a usable one is an error row); None: no vectors.
     RETURNS (Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]): The output
-        rows (see `doc_to_row`) and the error records (see `error_row`).
+        rows (see `doc_to_row`, with each row's kept values) and the error
+        records (see `error_row`).
     """
     good = [row for row in rows if row.error is None]
     inputs = [(row.text, _context(row, options.questions)) for row in good]
@@ -109,14 +111,14 @@ def annotate_chunk(
             if isinstance(result, str):
                 errors.append(error_row(replace(row, error=result)))
             elif vectors is None:
-                outputs.append(doc_to_row(result, row.id))
+                outputs.append({**doc_to_row(result, row.id), **row.kept})
             else:
                 try:
                     vector = doc_vector(result, vectors)
                 except VectorError as err:
                     errors.append(error_row(replace(row, error=str(err))))
                     continue
-                outputs.append({**doc_to_row(result, row.id), VECTOR_COLUMN: vector})
+                outputs.append({**doc_to_row(result, row.id), **row.kept, VECTOR_COLUMN: vector})
     del results
     trim()  # the chunk's tensors and docs are gone: hand their memory back (see `memory`)
     return outputs, errors

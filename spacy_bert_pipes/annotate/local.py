@@ -9,12 +9,12 @@ import spacy
 from spacy.language import Language
 
 from .chunks import annotate_chunk, checked_chunks
+from .columns import with_columns
 from .lock import output_lock
 from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_parts
 from .prepare import load_pipeline, prepare_run
 from .progress import progress_bar
 from .types import AnnotateOptions, AnnotateRun, AnnotateSummary
-from .vectors import with_vectors
 
 
 def run_annotation(
@@ -49,7 +49,7 @@ def _run(
     bar = None
     input_rows = error_rows = resumed_rows = 0
     n_chunks = 0
-    run = with_vectors(run, nlp)  # fails here if the pipeline gives no doc vectors
+    run = with_columns(run, nlp)  # fails here if --vectors and the docs have none
     start_parts(run)
     try:
         for index, chunk in checked_chunks(run.input_path, run.options):

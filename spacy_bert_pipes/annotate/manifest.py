@@ -18,7 +18,10 @@ from ..io.readers import input_files
 from .types import AnnotateError, AnnotateOptions
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+# 2: the id column keeps the input's name, "empty_text" is written, the
+# columns a pipeline cannot fill are not, and kept columns are: the parts of
+# a version 1 run do not join with them.
+MANIFEST_VERSION = 2
 
 
 def make_manifest(
@@ -57,6 +60,7 @@ def make_manifest(
             "id_column": options.id_column,
             "questions": options.questions,
             "questions_column": options.questions_column,
+            "keep_columns": list(options.keep_columns),
             "chunk_size": options.chunk_size,
             "max_length": options.max_length,
             "precision": options.precision,

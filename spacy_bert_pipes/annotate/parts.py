@@ -16,10 +16,17 @@ finished OUTPUT; the next run removes what a kill left half-written.
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Set
 
 from ..io import durable
-from ..io.output import ERRORS_SUFFIX, VectorColumn, concatenate, link_shards, write_rows
+from ..io.output import (
+    ERRORS_SUFFIX,
+    OutputColumns,
+    concatenate,
+    link_shards,
+    write_records,
+    write_rows,
+)
 from .manifest import MANIFEST_NAME, check_manifest, manifest_text
 from .types import PART_NAME, AnnotateError, AnnotateRun, AnnotateSummary
 
@@ -96,9 +103,10 @@ def commit_chunk(
     outputs (List[Dict[str, Any]]): Its output rows, in input order.
     errors (List[Dict[str, Any]]): Its error records, in input order.
     """
-    durable.write_file(run.part_errors_path(index), lambda p: write_rows(p, errors, "jsonl"))
+    columns = _columns(run)
+    durable.write_file(run.part_errors_path(index), lambda p: write_records(p, errors))
     durable.write_file(
-        run.part_path(index), lambda p: write_rows(p, outputs, run.output_format, _vectors(run))
+        run.part_path(index), lambda p: write_rows(p, outputs, run.output_format, columns)
     )
 
 
@@ -128,7 +136,7 @@ def finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) ->
         durable.replace_dir(run.output_path, lambda p: link_shards(p, parts))
     else:
         durable.write_file(
-            run.output_path, lambda p: concatenate(parts, p, run.output_format, _vectors(run))
+            run.output_path, lambda p: concatenate(parts, p, run.output_format, _columns(run))
         )
     finished = finished_dir(run.parts_dir)
     durable.remove_path(finished)
@@ -145,11 +153,11 @@ def finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) ->
     )
 
 
-def _vectors(run: AnnotateRun) -> Optional[VectorColumn]:
-    """The run's vector column; a run with `options.vectors` must have it."""
-    if run.options.vectors and run.vectors is None:
-        raise AnnotateError("a run with vectors needs their width: see vectors.with_vectors")
-    return run.vectors
+def _columns(run: AnnotateRun) -> OutputColumns:
+    """The run's columns, which the engine sets from the pipeline."""
+    if run.columns is None:
+        raise AnnotateError("a run writes its rows once it has its columns: see with_columns")
+    return run.columns
 
 
 def finished_dir(parts_dir: Path) -> Path:

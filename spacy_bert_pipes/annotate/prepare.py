@@ -14,6 +14,7 @@ from ..io.readers import count_rows, input_format_for
 from ..loading import load_pipeline as load_with_precision
 from ..memory import bound_kernel_caches
 from .chunks import read_rows
+from .columns import check_columns
 from .lock import lock_path_for
 from .manifest import make_manifest
 from .parts import committed_chunks
@@ -56,9 +57,10 @@ def prepare_run(
     check_processes(options)
     output_format = output_format_for(output_path)
     check_vectors_options(options, output_path, output_format)
+    check_columns(options)
     input_format = input_format_for(input_path, options.input_format)
     check_output_location(input_path, output_path)
-    read_rows(input_path, options)  # checks the columns now
+    read_rows(input_path, options)  # checks the columns (text, id, kept...) now
     total_rows = count_rows(input_path, input_format)
     manifest = make_manifest(pipeline, input_path, input_format, output_format, options)
     parts_dir = durable.sibling(output_path, PARTS_SUFFIX)

@@ -39,12 +39,12 @@ from ..io.output import VectorColumn, error_row
 from ..io.rows import InputRow
 from ..memory import bound_kernel_caches
 from .chunks import annotate_chunk, checked_chunks
+from .columns import with_columns
 from .lock import output_lock
 from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_parts
 from .prepare import load_pipeline, prepare_run
 from .progress import progress_bar
 from .types import AnnotateError, AnnotateOptions, AnnotateRun, AnnotateSummary
-from .vectors import with_vectors
 
 INSTALL_HINT = "pip install 'spacy-bert-pipes[ray]'"
 
@@ -121,7 +121,7 @@ def run_annotation_ray(
     with output_lock(run.output_path):
         run = locked_run(run)
         nlp = load_pipeline(pipeline, options)  # fails here, not in the actors
-        run = with_vectors(run, nlp)  # the width of the vector column, or an error now
+        run = with_columns(run, nlp)  # the columns; with --vectors their width, or an error
         config, data = nlp.config.to_str(), nlp.to_bytes()
         del nlp
         started = not ray.is_initialized()
@@ -340,6 +340,10 @@ def _block(index: int, rows: List[InputRow]) -> Any:
             "text": pa.array([row.text for row in rows], pa.large_string()),
             "context": pa.array([json.dumps(row.context) for row in rows], pa.large_string()),
             "source": pa.array([row.source for row in rows], pa.string()),
+            # JSON keeps a kept value exactly (floats included): the local rows' bytes
+            "kept": pa.array(
+                [json.dumps(row.kept, ensure_ascii=False) for row in rows], pa.large_string()
+            ),
         }
     )
 
@@ -376,10 +380,10 @@ class _ChunkAnnotator:
         import pyarrow as pa
 
         rows: Dict[int, List[InputRow]] = {}
-        for chunk, number, doc_id, text, context, source in zip(
-            *(batch.column(i).to_pylist() for i in range(6))
+        for chunk, number, doc_id, text, context, source, kept in zip(
+            *(batch.column(i).to_pylist() for i in range(7))
         ):
-            row = InputRow(number, doc_id, text, json.loads(context), source)
+            row = InputRow(number, doc_id, text, json.loads(context), source, kept=json.loads(kept))
             rows.setdefault(chunk, []).append(row)
         indices, firsts, outputs, errors = [], [], [], []
         for index, chunk_rows in rows.items():

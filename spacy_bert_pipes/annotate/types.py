@@ -4,9 +4,9 @@ the names of its part files) and its summary. No I/O here."""
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Literal, Optional
+from typing import Any, Dict, FrozenSet, Literal, Optional, Tuple
 
-from ..io.output import ERRORS_SUFFIX, VectorColumn, errors_path_for
+from ..io.output import ERRORS_SUFFIX, OutputColumns, VectorColumn, errors_path_for
 from ..io.readers import InputFormat
 from ..loading import Precision
 
@@ -37,6 +37,8 @@ class AnnotateOptions:
         pipeline's own, {key: question}.
     questions_column (Optional[str]): A column or field holding each row's
         own questions: a JSON object (or, in JSONL and Parquet, an object).
+    keep_columns (Tuple[str, ...]): Input columns or fields carried into each
+        output row, after the id, in this order (the text column may be one).
     chunk_size (int): Rows per committed part.
     max_length (int): Longest text in characters; longer ones are error rows.
     batch_size (int): `nlp.pipe` batch size.
@@ -64,6 +66,7 @@ class AnnotateOptions:
     id_column: Optional[str] = None
     questions: Dict[str, str] = field(default_factory=dict)
     questions_column: Optional[str] = None
+    keep_columns: Tuple[str, ...] = ()
     chunk_size: int = 1000
     max_length: int = DEFAULT_MAX_LENGTH
     batch_size: int = 64
@@ -93,9 +96,9 @@ class AnnotateRun:
     total_rows (Optional[int]): The number of rows, where known without reading
         them all (Parquet, .txt folders).
     sharded (bool): OUTPUT is a folder of Parquet shards, one per chunk.
-    vectors (Optional[VectorColumn]): The "vector" column, with its width:
-        set by the engine from the loaded pipeline (`with_vectors`) when
-        `options.vectors`; None otherwise.
+    columns (Optional[OutputColumns]): OUTPUT's columns: set by the engine
+        from the loaded pipeline (`columns.with_columns`) before any chunk;
+        None until then.
     """
 
     input_path: Path
@@ -108,7 +111,12 @@ class AnnotateRun:
     done: FrozenSet[int]
     total_rows: Optional[int] = None
     sharded: bool = False
-    vectors: Optional[VectorColumn] = None
+    columns: Optional[OutputColumns] = None
+
+    @property
+    def vectors(self) -> Optional[VectorColumn]:
+        """The "vector" column, with its width, or None."""
+        return self.columns.vectors if self.columns is not None else None
 
     @property
     def errors_path(self) -> Path:

@@ -4,8 +4,9 @@ Any pipeline whose docs have vectors will do: a component that sets
 `doc.user_hooks["vector"]` (such as `bert_vectors`), static word vectors in
 the vocab (a doc's vector is the mean of its tokens'), or a `doc.tensor`
 (spaCy's default `doc.vector` is then its mean). The engine measures the
-width once, on a probe text, before any chunk (`with_vectors`); a pipeline
-whose docs have no vector fails the run there. Then, per doc (`doc_vector`):
+width once, on a probe text, before any chunk (`vector_width`, called by
+`columns.with_columns`); a pipeline whose docs have no vector fails the run
+there. Then, per doc (`doc_vector`):
 
 - an empty or whitespace-only text gets zeros of that width, whatever the
   pipeline gives it (a mean over no tokens is NaN or nothing);
@@ -14,7 +15,6 @@ whose docs have no vector fails the run there. Then, per doc (`doc_vector`):
   beyond +-65504) is an error row naming the reason; nothing is dropped.
 """
 
-from dataclasses import replace
 from typing import List
 
 import numpy
@@ -23,7 +23,7 @@ from spacy.tokens import Doc
 from thinc.api import to_numpy
 
 from ..io.output import VectorColumn
-from .types import AnnotateError, AnnotateRun
+from .types import AnnotateError
 
 # Words any vocabulary knows: with static vectors, the probe has a vector.
 PROBE_TEXT = "This is a short text, to find the width of the pipeline's doc vectors."
@@ -36,19 +36,6 @@ FLOAT16_MAX = 65504.0
 
 class VectorError(ValueError):
     """A doc whose vector cannot be written: the reason, for its error row."""
-
-
-def with_vectors(run: AnnotateRun, nlp: Language) -> AnnotateRun:
-    """The run with its vector column (`run.vectors`) if it asks for vectors.
-
-    run (AnnotateRun): The prepared run.
-    nlp (Language): Its pipeline, loaded.
-    RETURNS (AnnotateRun): The run, `vectors` set to the pipeline's width and
-        the options' dtype; the same run without `options.vectors`.
-    """
-    if not run.options.vectors:
-        return run
-    return replace(run, vectors=VectorColumn(vector_width(nlp), run.options.vectors_dtype))
 
 
 def vector_width(nlp: Language) -> int:

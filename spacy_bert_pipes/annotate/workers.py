@@ -24,12 +24,12 @@ from ..io.rows import InputRow
 from ..runtime.pool import WorkerLost, WorkerPool, WorkerSetupError
 from ..runtime.threads import ANNOTATE_THREADS
 from .chunks import annotate_chunk, checked_chunks
+from .columns import with_columns
 from .lock import output_lock
 from .parts import commit_chunk, finish, locked_run, resumed_error_rows, start_parts
 from .prepare import load_pipeline
 from .progress import progress_bar
 from .types import AnnotateError, AnnotateOptions, AnnotateRun, AnnotateSummary
-from .vectors import with_vectors
 
 Chunk = Tuple[int, List[InputRow]]
 Annotated = Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]
@@ -97,7 +97,7 @@ def run_annotation_workers(
     with output_lock(run.output_path):
         run = locked_run(run)
         nlp = load_pipeline(pipeline, options)  # fails here, not in the workers
-        run = with_vectors(run, nlp)
+        run = with_columns(run, nlp)
         del nlp
         setup = functools.partial(_setup, pipeline, options, run.vectors, on_worker_chunk)
         try:

@@ -10,6 +10,7 @@ durable.py   atomic, fsynced writes of files and folders (one policy for all).
 from .errors import ConversionError
 from .output import (
     OUTPUT_COLUMNS,
+    OutputColumns,
     OutputFormat,
     doc_to_row,
     error_row,
@@ -26,6 +27,7 @@ __all__ = [
     "ConversionError",
     "InputFormat",
     "InputRow",
+    "OutputColumns",
     "OutputFormat",
     "doc_to_row",
     "error_row",

@@ -1,28 +1,39 @@
 """The format `annotate` writes: its rows, their writers and their readers.
 
-An output row (`doc_to_row`) has the columns `OUTPUT_COLUMNS`:
+An output row (`doc_to_row`) holds, under these names:
 
     {"id": str, "cats": {label: probability} | None,
      "entities": [{"text", "label", "start", "end", "score"}, ...],
      "answers": doc._.answers or [],
-     "route": doc._.route | None}
+     "route": doc._.route | None,
+     "empty_text": bool}
 
-JSONL writes one object per line; CSV (with a header row) and Parquet (every
-column a string) hold the last four as JSON text. A folder OUTPUT holds
-Parquet shards. With `annotate --vectors`, a fifth column, "vector", holds
-each doc's `doc.vector` (`VectorColumn`): a list of floats in JSONL, a
-fixed-size list of float32 (or float16) values in Parquet; never in CSV.
-Rows that could not be annotated go to `OUTPUT.errors.jsonl`
-(`error_row`). The writers write a chunk's rows (`write_rows`, a part without
-a CSV header) and join parts into OUTPUT (`concatenate`, `link_shards`); the
-readers (`read_output_rows`, `read_error_records`) read any OUTPUT back,
+and, from `annotate --keep-columns`, the values of the kept input columns.
+An OUTPUT's columns (`OutputColumns`) are, in order: the id, under the
+input's id column name ("ticket_id" stays "ticket_id"); the kept columns;
+those of "cats", "entities", "answers" and "route" that the pipeline can
+fill; "empty_text"; and with `annotate --vectors`, "vector" (`VectorColumn`):
+a list of floats in JSONL, a fixed-size list of float32 (or float16) values
+in Parquet; never in CSV.
+
+JSONL writes one object per line. In CSV (with a header row) and Parquet the
+annotations and "empty_text" are JSON text (Parquet: "empty_text" is a
+boolean column), and a kept value is written as it is if it is a string,
+empty (CSV) or null (Parquet) if it is null, else as its JSON text. A folder
+OUTPUT holds Parquet shards. Rows that could not be annotated go to
+`OUTPUT.errors.jsonl` (`error_row`, `write_records`). The writers write a
+chunk's rows (`write_rows`, a part without a CSV header) and join parts into
+OUTPUT (`concatenate`, `link_shards`); the readers (`read_output_rows`,
+`read_error_records`) read any OUTPUT back, as rows of the shape above,
 raising a `ConversionError` that names the file and line (or row) of a row
 that is not in this format.
 
-A new column is added here: to `OUTPUT_COLUMNS`, to `doc_to_row`, and, if it
-is not a JSON value in CSV and Parquet, to `_cells` and `_parse_cells`.
+A new column is added here: to `OUTPUT_COLUMNS`, to `doc_to_row`, to
+`OutputColumns.names`, and, if it is not a JSON value in CSV and Parquet,
+to `_cells`, `_arrow_table` and `_parse_cells`.
 """
 
+import copy
 import csv
 import io
 import json
@@ -30,7 +41,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
 
 from spacy.tokens import Doc, Span
 
@@ -43,13 +54,25 @@ OUTPUT_SUFFIXES: Dict[str, OutputFormat] = {
     ".csv": "csv",
     ".parquet": "parquet",
 }
-# The output columns, in order; in CSV and Parquet the last four hold JSON text.
-OUTPUT_COLUMNS = ("id", "cats", "entities", "answers", "route")
-# Columns that outputs written before they existed lack: read back as None.
-LATER_COLUMNS = ("route",)
-REQUIRED_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c not in LATER_COLUMNS)
-# The optional column of `annotate --vectors`, after OUTPUT_COLUMNS.
+# The columns a pipeline's annotations fill; an OUTPUT has those its pipeline can fill.
+ANNOTATION_COLUMNS = ("cats", "entities", "answers", "route")
+# True for an empty or whitespace-only text (annotated all the same).
+EMPTY_TEXT_COLUMN = "empty_text"
+# The keys of `doc_to_row` (and of the rows the readers give), in order.
+OUTPUT_COLUMNS = ("id", *ANNOTATION_COLUMNS, EMPTY_TEXT_COLUMN)
+# The value a reader gives a column that an OUTPUT omits (its pipeline cannot
+# fill it) or that outputs written before it existed lack.
+OMITTED_VALUES: Dict[str, Any] = {
+    "cats": None,
+    "entities": [],
+    "answers": [],
+    "route": None,
+    EMPTY_TEXT_COLUMN: None,
+}
+# The optional column of `annotate --vectors`, last.
 VECTOR_COLUMN = "vector"
+# Names a kept column cannot have: the readers give these columns their meaning.
+RESERVED_COLUMNS = (*OUTPUT_COLUMNS, VECTOR_COLUMN)
 ERRORS_SUFFIX = ".errors.jsonl"
 # Output cells can be long (a long doc's entities): past the csv module's default.
 CSV_FIELD_LIMIT = 2**31 - 1
@@ -84,6 +107,39 @@ class VectorColumn:
         return "[" + ", ".join([spec % value for value in values]) + "]"
 
 
+@dataclass(frozen=True)
+class OutputColumns:
+    """The columns of an OUTPUT (see `names`).
+
+    id (str): The id column's name: the input's id column, else "id".
+    kept (Tuple[str, ...]): The input columns carried into each row, in order.
+    annotations (Tuple[str, ...]): Those of `ANNOTATION_COLUMNS` the pipeline
+        can fill, in that order.
+    vectors (Optional[VectorColumn]): The "vector" column, if any.
+    """
+
+    id: str = "id"
+    kept: Tuple[str, ...] = ()
+    annotations: Tuple[str, ...] = ANNOTATION_COLUMNS
+    vectors: Optional[VectorColumn] = None
+
+    def names(self) -> List[str]:
+        """The column names, in order: the id, the kept columns, the
+        annotations, "empty_text", and "vector" with vectors."""
+        vector = [VECTOR_COLUMN] if self.vectors is not None else []
+        return [self.id, *self.kept, *self.annotations, EMPTY_TEXT_COLUMN, *vector]
+
+    def record(self, row: Dict[str, Any]) -> Dict[str, Any]:
+        """A row (`doc_to_row` and the kept values) as the JSONL object written:
+        its columns in order, the id under its name."""
+        record = {self.id: row["id"]}
+        for name in (*self.kept, *self.annotations, EMPTY_TEXT_COLUMN):
+            record[name] = row[name]
+        if self.vectors is not None:
+            record[VECTOR_COLUMN] = row[VECTOR_COLUMN]
+        return record
+
+
 def is_sharded_output(path: Path) -> bool:
     """Whether OUTPUT is a folder of Parquet shards: it is an existing folder,
     or a path without a suffix."""
@@ -109,7 +165,8 @@ def doc_to_row(doc: Doc, doc_id: Optional[str] = None) -> Dict[str, Any]:
         end exclusive; the score is `span._.bert_ner_score`, None when the
         entity has none); "answers": `doc._.answers` (see bert_qa), or [];
         "route": `doc._.route`, an exclusive bert_textcat's decision ({"label",
-        "top", "confidence", "decision"}, docs/routing.md), or None.
+        "top", "confidence", "decision"}, docs/routing.md), or None;
+        "empty_text": whether the text is empty or whitespace only.
     """
     has_score = Span.has_extension("bert_ner_score")
     entities = [
@@ -130,6 +187,7 @@ def doc_to_row(doc: Doc, doc_id: Optional[str] = None) -> Dict[str, Any]:
         "entities": entities,
         "answers": _plain(answers or []),
         "route": _plain(route) if route else None,
+        EMPTY_TEXT_COLUMN: not doc.text.strip(),
     }
 
 
@@ -153,32 +211,38 @@ def error_row(row: InputRow) -> Dict[str, Any]:
 
 
 def write_rows(
-    path: Path, rows: List[Dict[str, Any]], fmt: str, vectors: Optional[VectorColumn] = None
+    path: Path, rows: List[Dict[str, Any]], fmt: str, columns: OutputColumns = OutputColumns()
 ) -> None:
     """A part: JSONL lines, CSV rows without the header, or a Parquet file.
 
     path (Path): The file to write.
-    rows (List[Dict[str, Any]]): Output rows, or error records for "jsonl".
+    rows (List[Dict[str, Any]]): Output rows (`doc_to_row`, with the values of
+        the kept columns and the vector, if any).
     fmt (str): "jsonl", "csv" or "parquet".
-    vectors (Optional[VectorColumn]): The rows' "vector" column, if they have
-        one (not in CSV).
+    columns (OutputColumns): The columns to write (no vector in CSV).
     """
-    if vectors is not None and fmt == "csv":
+    if columns.vectors is not None and fmt == "csv":
         raise ValueError("CSV output has no vector column: write JSONL or Parquet")
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        pq.write_table(_arrow_table(rows, vectors), path, use_dictionary=_dictionary(vectors))
+        pq.write_table(_arrow_table(rows, columns), path, use_dictionary=_dictionary(columns))
         return
     with path.open("wb") as file_:
         if fmt == "jsonl":
-            file_.writelines(_json_line(row, vectors) for row in rows)
+            file_.writelines(_json_line(columns.record(row), columns.vectors) for row in rows)
         else:
-            file_.write(_csv_lines([_cells(row) for row in rows]))
+            file_.write(_csv_lines([_cells(row, columns) for row in rows]))
+
+
+def write_records(path: Path, records: List[Dict[str, Any]]) -> None:
+    """JSON objects, one a line, as they are (error records: see `error_row`)."""
+    with path.open("wb") as file_:
+        file_.writelines(_json_line(record) for record in records)
 
 
 def concatenate(
-    parts: List[Path], path: Path, fmt: str, vectors: Optional[VectorColumn] = None
+    parts: List[Path], path: Path, fmt: str, columns: Optional[OutputColumns] = None
 ) -> None:
     """Join parts (see `write_rows`) into one file: a CSV gets its header row,
     a Parquet file one row group per non-empty part.
@@ -186,13 +250,17 @@ def concatenate(
     parts (List[Path]): The parts, in order.
     path (Path): The file to write.
     fmt (str): "jsonl", "csv" or "parquet".
-    vectors (Optional[VectorColumn]): The parts' "vector" column, if any.
+    columns (Optional[OutputColumns]): The parts' columns (CSV and Parquet);
+        None for JSONL records (an errors file).
     """
+    if fmt in ("csv", "parquet") and columns is None:
+        raise ValueError(f"joining {fmt} parts needs their columns")
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        schema = _arrow_table([], vectors).schema
-        with pq.ParquetWriter(path, schema, use_dictionary=_dictionary(vectors)) as writer:
+        assert columns is not None
+        schema = _arrow_table([], columns).schema
+        with pq.ParquetWriter(path, schema, use_dictionary=_dictionary(columns)) as writer:
             for part in parts:
                 table = pq.read_table(part)
                 if table.num_rows:
@@ -200,7 +268,8 @@ def concatenate(
         return
     with path.open("wb") as out:
         if fmt == "csv":
-            out.write(_csv_lines([list(OUTPUT_COLUMNS)]))
+            assert columns is not None
+            out.write(_csv_lines([columns.names()]))
         for part in parts:
             with part.open("rb") as file_:
                 shutil.copyfileobj(file_, out)
@@ -221,11 +290,13 @@ def link_shards(folder: Path, parts: List[Path]) -> None:
             shutil.copyfile(part, folder / part.name)
 
 
-def _dictionary(vectors: Optional[VectorColumn]) -> Any:
+def _dictionary(columns: OutputColumns) -> Any:
     """Parquet's dictionary encoding, for the text columns only: a vector's
     values rarely repeat, and a dictionary page of them made a float32 column
     40% larger (2,165 against 1,542 bytes a row of 384 values)."""
-    return True if vectors is None else list(OUTPUT_COLUMNS)
+    if columns.vectors is None:
+        return True
+    return [name for name in columns.names() if name != VECTOR_COLUMN]
 
 
 def _json_line(record: Dict[str, Any], vectors: Optional[VectorColumn] = None) -> bytes:
@@ -238,13 +309,27 @@ def _json_line(record: Dict[str, Any], vectors: Optional[VectorColumn] = None) -
     return f'{text}, "{VECTOR_COLUMN}": {vector}}}\n'.encode()
 
 
-def _cells(row: Dict[str, Any]) -> List[str]:
-    """A row for CSV and Parquet: the id, then the other fields as JSON text
-    ("null" for the cats of a pipeline without a text classifier)."""
-    return [row["id"]] + [json.dumps(row[c], ensure_ascii=False) for c in OUTPUT_COLUMNS[1:]]
+def _kept_cell(value: Any) -> Optional[str]:
+    """A kept value in CSV and Parquet: a string as it is, None as None, else
+    its JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
-def _csv_lines(records: List[List[str]]) -> bytes:
+def _cells(row: Dict[str, Any], columns: OutputColumns) -> List[str]:
+    """A row for CSV: the id, the kept values (a null one empty), then the
+    annotations and "empty_text" as JSON text ("null" for the cats of a
+    doc no text classifier scored)."""
+    kept = [_kept_cell(row[name]) or "" for name in columns.kept]
+    annotations = [
+        json.dumps(row[name], ensure_ascii=False)
+        for name in (*columns.annotations, EMPTY_TEXT_COLUMN)
+    ]
+    return [row["id"], *kept, *annotations]
+
+
+def _csv_lines(records: Sequence[Sequence[str]]) -> bytes:
     buffer = io.StringIO()
     minimal = csv.writer(buffer, lineterminator="\n")
     # csv quotes a cell with "\n" (the line terminator) but not one with a bare
@@ -255,20 +340,31 @@ def _csv_lines(records: List[List[str]]) -> bytes:
     return buffer.getvalue().encode("utf8")
 
 
-def _arrow_table(rows: List[Dict[str, Any]], vectors: Optional[VectorColumn] = None) -> Any:
+def _arrow_table(rows: List[Dict[str, Any]], columns: OutputColumns) -> Any:
+    """A part as an Arrow table: the id and kept values as strings, the
+    annotations as JSON text, "empty_text" as booleans, the vector as a
+    fixed-size list."""
     import numpy
     import pyarrow as pa
 
-    fields = [(c, pa.string()) for c in OUTPUT_COLUMNS]
-    cells = [_cells(row) for row in rows]
-    columns: List[Any] = [[r[i] for r in cells] for i in range(len(OUTPUT_COLUMNS))]
+    fields: List[Tuple[str, Any]] = [(columns.id, pa.string())]
+    arrays: List[Any] = [[row["id"] for row in rows]]
+    for name in columns.kept:
+        fields.append((name, pa.string()))
+        arrays.append([_kept_cell(row[name]) for row in rows])
+    for name in columns.annotations:
+        fields.append((name, pa.string()))
+        arrays.append([json.dumps(row[name], ensure_ascii=False) for row in rows])
+    fields.append((EMPTY_TEXT_COLUMN, pa.bool_()))
+    arrays.append([row[EMPTY_TEXT_COLUMN] for row in rows])
+    vectors = columns.vectors
     if vectors is not None:
         values = numpy.asarray([row[VECTOR_COLUMN] for row in rows], dtype=vectors.dtype).reshape(
             -1
         )
         fields.append((VECTOR_COLUMN, vectors.arrow_type()))
-        columns.append(pa.FixedSizeListArray.from_arrays(pa.array(values), vectors.width))
-    return pa.table(columns, schema=pa.schema(fields))
+        arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(values), vectors.width))
+    return pa.table(arrays, schema=pa.schema(fields))
 
 
 # --- readers -------------------------------------------------------------------------
@@ -279,8 +375,13 @@ def read_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
 
     path (Path): A .jsonl, .csv or .parquet file, or a folder of Parquet shards.
     RETURNS (Iterator[Tuple[str, Dict[str, Any]]]): ("file:line" or "file:row
-        n", row) per row, in order. A row's values are not checked beyond the
-        JSON of its cells; a row without "id" is passed on as it is.
+        n", row) per row, in order. A row has the keys of `doc_to_row`: "id"
+        (from the first column, whatever its name), then the annotations
+        (`OMITTED_VALUES` for the columns the OUTPUT omits) and "empty_text"
+        (None in outputs written before it), then the kept columns (strings
+        in CSV and Parquet) and, in JSONL, the vector. A row's values are
+        not checked beyond the JSON of its cells; a row without an id is
+        passed on with "id" None.
     """
     path = Path(path)
     if is_sharded_output(path):
@@ -297,6 +398,38 @@ def read_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
         "not an output of bert-pipes annotate (expected .jsonl, .csv, "
         ".parquet or a folder of Parquet shards)",
     )
+
+
+def output_id_column(path: Path) -> str:
+    """The name of an OUTPUT's id column, its first column (`--id-column`
+    keeps the input's name), for readers that take a column name, such as
+    `similar.read_vectors`.
+
+    path (Path): A .jsonl, .csv or .parquet file, or a folder of Parquet shards.
+    RETURNS (str): The name; a `ConversionError` if it is not an OUTPUT.
+    """
+    path = Path(path)
+    if is_sharded_output(path) or path.suffix.lower() == ".parquet":
+        import pyarrow
+        import pyarrow.parquet as pq
+
+        shards = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+        if not shards:
+            raise ConversionError(str(path), "no .parquet files")
+        try:
+            names = pq.read_schema(shards[0]).names
+        except (pyarrow.ArrowException, OSError) as err:
+            raise ConversionError(str(shards[0]), f"not a readable Parquet file ({err})") from err
+        where = str(shards[0])
+    elif path.suffix.lower() == ".csv":
+        with path.open(encoding="utf8", newline="") as file_:
+            names = next((cells for cells in csv.reader(file_) if cells), [])
+        where = f"{path}:1"
+    else:
+        where, record = next(read_jsonl_records(path), (str(path), {}))
+        names = list(record) if isinstance(record, dict) else []
+    _check_columns(where, names)
+    return str(names[0])
 
 
 def read_error_records(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
@@ -327,19 +460,21 @@ def read_jsonl_records(path: Path) -> Iterator[Tuple[str, Any]]:
 
 
 def _jsonl_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    names: Optional[List[str]] = None  # the first row's keys
     for where, record in read_jsonl_records(path):
         if not isinstance(record, dict):
             raise ConversionError(where, f"not a JSON object: {_show(record)}")
-        missing = [c for c in REQUIRED_COLUMNS if c not in record]
-        for column in LATER_COLUMNS:
-            record.setdefault(column, None)
+        if names is None:
+            names = list(record)
+            _check_columns(where, names)
+        missing = [name for name in names if name not in record]
         if missing:
             raise ConversionError(
                 where,
-                f"a row without {', '.join(map(json.dumps, missing))} (not an output "
-                f"of bert-pipes annotate, whose rows have {', '.join(OUTPUT_COLUMNS)})",
+                f"a row without {', '.join(map(json.dumps, missing))} (the first row "
+                f"has {', '.join(map(json.dumps, names))})",
             )
-        yield where, record
+        yield where, _row(record, names[0])
 
 
 def _csv_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
@@ -367,7 +502,7 @@ def _csv_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
                     raise ConversionError(
                         where, f"{len(cells)} cells, the header has {len(header)}"
                     )
-                yield where, _parse_cells(dict(zip(header, cells)), where)
+                yield where, _row(_parse_cells(dict(zip(header, cells)), where), header[0])
     except OSError as err:
         raise ConversionError(str(path), str(err)) from err
 
@@ -383,46 +518,58 @@ def _parquet_output_rows(path: Path, shards: List[Path]) -> Iterator[Tuple[str, 
     for shard in shards:
         try:
             file_ = pq.ParquetFile(shard)
-            _check_columns(str(shard), file_.schema_arrow.names)
+            names = file_.schema_arrow.names
+            _check_columns(str(shard), names)
             number = 0
             batches = file_.iter_batches(
                 batch_size=PARQUET_BATCH_ROWS,
-                columns=[c for c in OUTPUT_COLUMNS if c in file_.schema_arrow.names],
+                columns=[name for name in names if name != VECTOR_COLUMN],
             )
             for batch in batches:
                 for row in batch.to_pylist():
                     where = f"{shard}:row {number}"
                     number += 1
-                    yield where, _parse_cells(row, where)
+                    yield where, _row(_parse_cells(row, where), names[0])
         except (pyarrow.ArrowException, OSError) as err:
             raise ConversionError(str(shard), f"not a readable Parquet file ({err})") from err
 
 
 def _check_columns(where: str, names: List[str]) -> None:
-    missing = [c for c in REQUIRED_COLUMNS if c not in names]
-    if missing:
+    """An OUTPUT's first column is its id, and it has at least one of the
+    columns annotate writes."""
+    known = [name for name in names if name in OMITTED_VALUES]
+    if not names or names[0] in OMITTED_VALUES or not known:
         raise ConversionError(
             where,
-            f"no column {', '.join(map(repr, missing))}: not an output of bert-pipes "
-            f"annotate, whose columns are {', '.join(OUTPUT_COLUMNS)} "
-            f"(found {', '.join(map(repr, names))})",
+            "not an output of bert-pipes annotate, whose first column is the id, followed "
+            f"by the kept input columns and some of {', '.join(map(repr, OMITTED_VALUES))} "
+            f"(found {', '.join(map(repr, names)) or 'no columns'})",
         )
 
 
 def _parse_cells(row: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """A CSV or Parquet row with its JSON text cells (cats, entities, answers,
-    route) parsed."""
-    if row["id"] is None:
-        return row  # the caller says what is wrong
-    for column in LATER_COLUMNS:
-        row.setdefault(column, "null")
-    for column in OUTPUT_COLUMNS[1:]:
+    """A CSV or Parquet row with its JSON text cells (the annotations and, in
+    CSV, "empty_text") parsed."""
+    for column in OMITTED_VALUES:
+        if column not in row or (column == EMPTY_TEXT_COLUMN and isinstance(row[column], bool)):
+            continue
         try:
             row[column] = json.loads(row[column])
         except (TypeError, ValueError) as err:
             raise ConversionError(
                 where, f"{column} is not JSON text ({err}): {_show(row[column])}"
             ) from err
+    return row
+
+
+def _row(record: Dict[str, Any], id_name: str) -> Dict[str, Any]:
+    """A row as written, in the shape of `doc_to_row` (see `read_output_rows`)."""
+    row = {"id": record.get(id_name)}
+    for column, omitted in OMITTED_VALUES.items():
+        row[column] = record[column] if column in record else copy.copy(omitted)
+    for name, value in record.items():
+        if name != id_name and name not in OMITTED_VALUES:
+            row[name] = value
     return row
 
 

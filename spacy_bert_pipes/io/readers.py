@@ -11,7 +11,7 @@ import codecs
 import csv
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
 
 from .errors import ConversionError
 from .rows import (
@@ -66,6 +66,7 @@ def read_input(
     text_column: str = "text",
     id_column: Optional[str] = None,
     questions_column: Optional[str] = None,
+    keep_columns: Sequence[str] = (),
 ) -> Iterator[InputRow]:
     """Read the rows of a CSV file (with a header row), a JSONL file (one object
     per line; blank lines are skipped), a Parquet file (in batches of rows), a
@@ -76,11 +77,12 @@ def read_input(
     dropped.
 
     Problems with the whole input (no such column, not a Parquet file, an empty
-    CSV) raise a `ConversionError` at once, before any row is yielded. Problems
-    with one row make it an error row: a null text, a JSONL row without the text
-    field, invalid UTF-8 (reported with its byte offset in the file and its
-    line), invalid JSON, a bad id or questions value. An empty text is a valid
-    row.
+    CSV, a kept column that the CSV header, the first JSONL object or a Parquet
+    shard lacks) raise a `ConversionError` at once, naming the file and the
+    column, before any row is yielded. Problems with one row make it an error
+    row: a null text, a JSONL row without the text field (or a kept field),
+    invalid UTF-8 (reported with its byte offset in the file and its line),
+    invalid JSON, a bad id or questions value. An empty text is a valid row.
 
     path (Path): The input file or folder.
     input_format (InputFormat): The format, or "auto" (see `input_format_for`).
@@ -89,10 +91,14 @@ def read_input(
         where the input has it, else the 0-based row number as a string.
     questions_column (Optional[str]): The column or field holding each row's
         questions, {key: question}; an empty or missing value means none.
+    keep_columns (Sequence[str]): Columns or fields whose values each row
+        carries in `InputRow.kept` (the text column may be one of them). A
+        folder of .txt files has only its text: `text_column` alone may be kept.
     RETURNS (Iterator[InputRow]): The rows, in input order.
     """
     path = Path(path)
     fmt = input_format_for(path, input_format)
+    keep = list(keep_columns)
     if fmt == "csv":
         header = _csv_header(path)
         for column in (text_column, id_column, questions_column):
@@ -100,11 +106,12 @@ def read_input(
                 raise ConversionError(
                     str(path), f"no column {column!r}; the columns are: {names(header)}"
                 )
+        _check_kept(str(path), keep, header)
         use_id = id_column or (DEFAULT_ID_FIELD if DEFAULT_ID_FIELD in header else None)
-        return _csv_rows(path, text_column, use_id, questions_column)
+        return _csv_rows(path, text_column, use_id, questions_column, keep)
     if fmt == "jsonl":
-        _check_first_record(path, text_column)
-        return _jsonl_rows(path, text_column, id_column, questions_column)
+        _check_first_record(path, text_column, keep)
+        return _jsonl_rows(path, text_column, id_column, questions_column, keep)
     if fmt == "parquet":
         shards = input_files(path, fmt)
         schemas = [(shard, parquet_file(shard).schema_arrow.names) for shard in shards]
@@ -115,7 +122,8 @@ def read_input(
                     raise ConversionError(
                         str(shard), f"no column {column!r}; the columns are: {names(found)}"
                     )
-        return _parquet_rows(path, shards, text_column, use_id, questions_column)
+            _check_kept(str(shard), keep, found)
+        return _parquet_rows(path, shards, text_column, use_id, questions_column, keep)
     if not path.is_dir():
         raise ConversionError(str(path), "a .txt input must be a folder of .txt files")
     if id_column is not None or questions_column is not None:
@@ -124,7 +132,19 @@ def read_input(
             "a folder of .txt files has no columns: the id is the file's relative path "
             "(no id or questions column)",
         )
-    return _txt_rows(path, _folder_files(path, ".txt"))
+    _check_kept(str(path), keep, [text_column], "a folder of .txt files has only its text")
+    return _txt_rows(path, _folder_files(path, ".txt"), keep)
+
+
+def _check_kept(
+    location: str, keep: List[str], found: Sequence[str], what: str = "the columns are"
+) -> None:
+    """A kept column the input lacks fails the run at once."""
+    for column in keep:
+        if column not in found:
+            raise ConversionError(
+                location, f"no column {column!r} to keep (--keep-columns); {what}: {names(found)}"
+            )
 
 
 def read_questions_file(path: Path) -> Dict[str, str]:
@@ -232,7 +252,11 @@ def _csv_header(path: Path) -> List[str]:
 
 
 def _csv_rows(
-    path: Path, text_column: str, id_column: Optional[str], questions_column: Optional[str]
+    path: Path,
+    text_column: str,
+    id_column: Optional[str],
+    questions_column: Optional[str],
+    keep: List[str],
 ) -> Iterator[InputRow]:
     consumed: List[Tuple[int, int, bytes]] = []
     reader = _csv_reader(path, consumed)
@@ -264,7 +288,8 @@ def _csv_rows(
             yield InputRow(number, _readable(raw_id), None, {}, source, reason)
         else:
             questions = values[questions_column] if questions_column is not None else None
-            yield make_row(number, source, raw_id, values[text_column], questions)
+            kept = {name: values[name] for name in keep}
+            yield make_row(number, source, raw_id, values[text_column], questions, kept)
         number += 1
 
 
@@ -275,8 +300,9 @@ def _readable(value: Optional[str]) -> Optional[str]:
     return value.encode("utf8", "surrogateescape").decode("utf8", "replace")
 
 
-def _check_first_record(path: Path, text_column: str) -> None:
-    """A wrong --text-column fails at once: the first JSONL object must have it."""
+def _check_first_record(path: Path, text_column: str, keep: List[str]) -> None:
+    """A wrong --text-column (or a kept field that is not there) fails at once:
+    the first JSONL object must have them."""
     for number, _, raw in _lines(path):
         if not raw.strip():
             continue
@@ -289,11 +315,17 @@ def _check_first_record(path: Path, text_column: str) -> None:
                 f"{path}:{number}",
                 f"no field {text_column!r} in the first object; its fields are: {names(record)}",
             )
+        if isinstance(record, dict):
+            _check_kept(f"{path}:{number}", keep, list(record), "the first object's fields are")
         return
 
 
 def _jsonl_rows(
-    path: Path, text_column: str, id_column: Optional[str], questions_column: Optional[str]
+    path: Path,
+    text_column: str,
+    id_column: Optional[str],
+    questions_column: Optional[str],
+    keep: List[str],
 ) -> Iterator[InputRow]:
     number = 0
     for line, offset, raw in _lines(path):
@@ -325,14 +357,22 @@ def _jsonl_rows(
         else:
             raw_id = _jsonl_id(record, id_column, number)
             text = record.get(text_column, _MISSING)
-            if raw_id is _MISSING or text is _MISSING:
-                name = text_column if text is _MISSING else id_column
-                reason = f"no field {name!r}; the fields are: {names(record)}"
+            missing = [name for name in keep if name not in record]
+            if raw_id is _MISSING or text is _MISSING or missing:
+                if raw_id is _MISSING or text is _MISSING:
+                    name = text_column if text is _MISSING else id_column
+                    reason = f"no field {name!r}; the fields are: {names(record)}"
+                else:
+                    reason = (
+                        f"no field {missing[0]!r} to keep (--keep-columns); the fields "
+                        f"are: {names(record)}"
+                    )
                 doc_id = None if raw_id is _MISSING else as_optional_id(raw_id)
                 yield InputRow(number, doc_id, None, {}, source, reason)
             else:
                 questions = record.get(questions_column) if questions_column else None
-                yield make_row(number, source, raw_id, text, questions)
+                kept = {name: record[name] for name in keep}
+                yield make_row(number, source, raw_id, text, questions, kept)
         number += 1
 
 
@@ -353,12 +393,14 @@ def _parquet_rows(
     text_column: str,
     id_column: Optional[str],
     questions_column: Optional[str],
+    keep: List[str],
 ) -> Iterator[InputRow]:
     """The rows of each shard in turn (`[path]` for a file); a row's source is
     its shard's path (relative to a folder) and its 0-based row in the shard."""
     import pyarrow as pa
 
-    columns = [c for c in (text_column, id_column, questions_column) if c is not None]
+    read = [c for c in (text_column, id_column, questions_column) if c is not None]
+    columns = list(dict.fromkeys(read + keep))
     number = 0
     for shard in shards:
         name = shard.relative_to(path).as_posix() if shard != path else path.name
@@ -377,11 +419,15 @@ def _parquet_rows(
             questions = (
                 batch.column(questions_column).to_pylist() if questions_column is not None else None
             )
+            # The text column kept: its bytes, decoded (or refused) as the text is.
+            kept = {c: texts if c == text_column else batch.column(c) for c in keep}
+            kept_values = {c: values.to_pylist() for c, values in kept.items()}
             for i, text in enumerate(text_values):
                 raw_id = ids[i] if ids is not None else str(number)
                 row_questions = questions[i] if questions is not None else None
                 source = f"{name}:row {shard_row}"
-                yield make_row(number, source, raw_id, text, row_questions)
+                row_kept = {c: values[i] for c, values in kept_values.items()}
+                yield make_row(number, source, raw_id, text, row_questions, row_kept)
                 number += 1
                 shard_row += 1
 
@@ -396,7 +442,7 @@ def _folder_files(folder: Path, suffix: str) -> List[str]:
     return files
 
 
-def _txt_rows(folder: Path, files: List[str]) -> Iterator[InputRow]:
+def _txt_rows(folder: Path, files: List[str], keep: List[str]) -> Iterator[InputRow]:
     for number, name in enumerate(files):
         source = f"{folder.name}/{name}"
         try:
@@ -414,4 +460,4 @@ def _txt_rows(folder: Path, files: List[str]) -> Iterator[InputRow]:
             reason = f"invalid UTF-8 at byte offset {offset} (line {line}): {bad!r}"
             yield InputRow(number, name, None, {}, f"{source}:{line}", reason)
             continue
-        yield InputRow(number, name, text, {}, source)
+        yield InputRow(number, name, text, {}, source, kept={column: text for column in keep})

@@ -5,8 +5,10 @@ be annotated (a null text, a bad id, invalid questions...) carries its reason
 instead of being dropped, so it can go to the errors file.
 """
 
+import datetime
+import decimal
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional
 
 
@@ -23,6 +25,8 @@ class InputRow:
     source (str): Where it was read, e.g. "input.csv:12" (the line where it
         starts), "input.parquet:row 7" (0-based) or "docs/a.txt".
     error (Optional[str]): Why the row cannot be annotated, or None.
+    kept (Dict[str, Any]): The values of the columns `annotate --keep-columns`
+        carries into its output row, {column: JSON value}, in the order asked.
     """
 
     number: int
@@ -31,6 +35,7 @@ class InputRow:
     context: Dict[str, Any]
     source: str
     error: Optional[str] = None
+    kept: Dict[str, Any] = field(default_factory=dict)
 
 
 class RowError(Exception):
@@ -38,7 +43,12 @@ class RowError(Exception):
 
 
 def make_row(
-    number: int, source: str, id_value: Any, text_value: Any, questions_value: Any = None
+    number: int,
+    source: str,
+    id_value: Any,
+    text_value: Any,
+    questions_value: Any = None,
+    kept_values: Optional[Dict[str, Any]] = None,
 ) -> InputRow:
     """A row from its raw values, or an error row saying what is wrong.
 
@@ -48,6 +58,8 @@ def make_row(
     text_value (Any): The raw text: a string, or UTF-8 bytes.
     questions_value (Any): The raw questions: None, "", a JSON object as text
         or bytes, or a dict {key: question}.
+    kept_values (Optional[Dict[str, Any]]): The raw values of the kept
+        columns, {column: value} (see `as_kept`).
     RETURNS (InputRow): The row.
     """
     try:
@@ -57,9 +69,11 @@ def make_row(
     try:
         text = as_text(text_value)
         questions = as_questions(questions_value)
+        kept = {name: as_kept(value, name) for name, value in (kept_values or {}).items()}
     except RowError as err:
         return InputRow(number, doc_id, None, {}, source, str(err))
-    return InputRow(number, doc_id, text, {"questions": questions} if questions else {}, source)
+    context = {"questions": questions} if questions else {}
+    return InputRow(number, doc_id, text, context, source, kept=kept)
 
 
 def as_id(value: Any) -> str:
@@ -117,6 +131,36 @@ def as_questions(value: Any) -> Dict[str, str]:
             raise RowError(f"the question for {key!r} is empty or not a string")
         check_unicode(question, f"the question for {key!r}")
     return dict(value)
+
+
+def as_kept(value: Any, column: str) -> Any:
+    """The raw value of a kept column as a JSON value: strings, numbers,
+    booleans, null, lists and objects of them as they are; UTF-8 bytes as a
+    string; dates and times as ISO 8601 strings; decimals as strings. Raises
+    `RowError` for invalid UTF-8 or a lone surrogate (no output can hold them).
+    """
+    if isinstance(value, str):
+        check_unicode(value, f"column {column!r}")
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf8")
+        except UnicodeDecodeError as err:
+            raise RowError(
+                f"invalid UTF-8 in column {column!r} at byte {err.start}: "
+                f"{value[err.start : err.end]!r}"
+            ) from None
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, datetime.timedelta)):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): as_kept(v, column) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_kept(v, column) for v in value]
+    raise RowError(f"column {column!r} holds a {type(value).__name__}, not a JSON value")
 
 
 def check_unicode(text: str, what: str) -> None:

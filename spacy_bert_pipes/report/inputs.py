@@ -9,7 +9,13 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from typing import Collection as Labels
 
 from ..io.errors import ConversionError
-from ..io.output import errors_path_for, read_error_records, read_jsonl_records, read_output_rows
+from ..io.output import (
+    errors_path_for,
+    output_id_column,
+    read_error_records,
+    read_jsonl_records,
+    read_output_rows,
+)
 from ..similar import has_vectors, read_vectors, similar_paths, top_intent
 from .document import short
 
@@ -367,7 +373,7 @@ def read_collection(
                 if len(collection.first_errors) < MAX_ERROR_REASONS:
                     collection.first_errors.append(record)
         if has_vectors(path):
-            vectors = read_vectors(path)
+            vectors = read_vectors(path, id_column=output_id_column(path))
             if vectors.ids != collection.ids:
                 raise ReportError(f"{path}: its vectors' ids are not its rows' ids")
             collection.vectors = vectors.vectors

@@ -352,7 +352,12 @@ def similar_collection(
     text_column, id_column: The input's columns (as `bert-pipes annotate`).
     RETURNS (SimilarCollection): The search's results.
     """
-    collection = read_vectors(annotations, progress=progress)
+    from ..io.output import output_id_column
+
+    # the id column keeps the input's name (annotate --id-column)
+    collection = read_vectors(
+        annotations, id_column=output_id_column(Path(annotations)), progress=progress
+    )
     labels = set(intent_labels) if intent_labels is not None else None
     intents = read_intents(annotations, collection.ids, labels)
     row_texts = (

@@ -69,7 +69,8 @@ def test_output_rows(pipeline: str, tmp_path: Path) -> None:
     lines = output.read_text(encoding="utf8").splitlines()
     rows = [json.loads(line) for line in lines]
     for row, text in zip(rows, TEXTS):
-        assert list(row) == ["id", "cats", "entities", "answers", "route"]
+        assert list(row) == ["id", "cats", "entities", "answers", "route", "empty_text"]
+        assert row["empty_text"] is (not text.strip())
         assert sorted(row["cats"]) == ["card", "other"]
         # the classifier routes every doc (no threshold): its top label
         top = max(row["cats"], key=row["cats"].__getitem__)
@@ -98,7 +99,7 @@ def test_ids_default_to_row_numbers(pipeline: str, tmp_path: Path) -> None:
     )
     output = tmp_path / "out-key.jsonl"
     run(pipeline, input_path, output, id_column="key")
-    assert [row["id"] for row in read_output(output)] == IDS
+    assert [row["key"] for row in read_output(output)] == IDS
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
@@ -255,14 +256,12 @@ def test_questions_need_a_qa_component(tmp_path: Path) -> None:
     spacy.blank("en").to_disk(blank)
     with pytest.raises(AnnotateError, match="no bert_qa component"):
         load_pipeline(str(blank), AnnotateOptions(questions={"k": "what ?"}))
-    # Without a classifier, cats are null.
+    # A pipeline without annotating components: no annotation columns.
     input_path = write_input(tmp_path, "jsonl", [{"text": "hello"}])
     for suffix in (".jsonl", ".csv", ".parquet"):
         output = tmp_path / f"out{suffix}"
         run(str(blank), input_path, output)
-        assert read_output(output) == [
-            {"id": "0", "cats": None, "entities": [], "answers": [], "route": None}
-        ]
+        assert read_output(output) == [{"id": "0", "empty_text": False}]
 
 
 def test_n_process_2_gives_the_same_rows(pipeline: str, tmp_path: Path) -> None:

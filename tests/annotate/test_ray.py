@@ -77,7 +77,7 @@ def test_2000_docs_give_the_local_rows(pipeline: str, tmp_path: Path, local_ray:
     """The acceptance test: 2 workers, byte for byte the local engine's output
     and errors file."""
     input_path = write_jsonl_with_bad_rows(tmp_path / "in.jsonl", 2000)
-    options = dict(chunk_size=250, questions_column="questions")
+    options = dict(chunk_size=250, questions_column="questions", keep_columns=("text",))
     local = tmp_path / "local.jsonl"
     summary = run(pipeline, input_path, local, **options)
     assert summary.input_rows == 2010 and summary.error_rows == 10
@@ -90,6 +90,8 @@ def test_2000_docs_give_the_local_rows(pipeline: str, tmp_path: Path, local_ray:
     assert {error["id"] for error in read_errors(output)} >= {"null", "missing", "utf8", "d7"}
     rows = read_output(output)
     assert len(rows) == 2000 and rows[0]["answers"] and rows[1]["answers"] == []
+    assert [row["text"] for row in rows[:3]] == texts(3)
+    assert any(row["empty_text"] for row in rows)  # texts of 0 words
     assert not (tmp_path / "ray.jsonl.parts").exists()
 
 
@@ -119,12 +121,13 @@ def test_sharded_parquet_in_and_out(pipeline: str, tmp_path: Path, local_ray: No
     single = tmp_path / "single.parquet"
     pq.write_table(pa.Table.from_pylist(records), single)
 
+    options: Dict[str, Any] = {"chunk_size": 5, "keep_columns": ("text",)}
     local = tmp_path / "local.jsonl"
-    run(pipeline, single, local, chunk_size=5)
+    run(pipeline, single, local, **options)
     local_dir = tmp_path / "local_out"
-    run(pipeline, shards, local_dir, chunk_size=5)
+    run(pipeline, shards, local_dir, **options)
     ray_dir = tmp_path / "ray_out"
-    summary = annotate_ray(pipeline, shards, ray_dir, AnnotateOptions(chunk_size=5), workers=2)
+    summary = annotate_ray(pipeline, shards, ray_dir, AnnotateOptions(**options), workers=2)
     assert (summary.input_rows, summary.error_rows, summary.chunks) == (23, 2, 5)
 
     # One shard per chunk; read together, the rows of the local engine.
@@ -132,6 +135,8 @@ def test_sharded_parquet_in_and_out(pipeline: str, tmp_path: Path, local_ray: No
     assert sorted(p.name for p in ray_dir.iterdir()) == names
     assert [pq.read_metadata(ray_dir / name).num_rows for name in names] == [4, 5, 5, 4, 3]
     assert read_output(ray_dir) == read_output(local_dir) == read_output(local)
+    # the binary text column kept as the text it decodes to
+    assert read_output(ray_dir)[0]["text"] == records[0]["text"].decode("utf8")
     for output in (local_dir, ray_dir):
         assert read_errors(output) == [
             {"id": "r4", "row": 4, "source": "part-0.parquet:row 4", "reason": "text is null"},
@@ -144,7 +149,7 @@ def test_sharded_parquet_in_and_out(pipeline: str, tmp_path: Path, local_ray: No
         ]
     # A run replaces the folder, leaving nothing beside it.
     (ray_dir / "stale.parquet").write_bytes(b"old")
-    run(pipeline, shards, ray_dir, chunk_size=5)
+    run(pipeline, shards, ray_dir, **options)
     assert sorted(p.name for p in ray_dir.iterdir()) == names
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ray_out")) == [
         "ray_out",
@@ -166,11 +171,11 @@ def test_a_stopped_ray_run_resumes_with_either_engine(
     lines[20] = "c19,one,field too many"
     table.write_bytes("\n".join(lines).encode("utf8", "surrogateescape") + b"\n")
     expected = tmp_path / "expected.csv"
-    run(pipeline, table, expected, chunk_size=10)
+    run(pipeline, table, expected, chunk_size=10, keep_columns=("text",))
     assert [e["id"] for e in read_errors(expected)] == ["c7", "c19"]
 
     output = tmp_path / "out.csv"
-    options = AnnotateOptions(chunk_size=10)
+    options = AnnotateOptions(chunk_size=10, keep_columns=("text",))
 
     def stop_after_the_first_chunk(rows: int) -> None:
         raise Interrupted

@@ -7,7 +7,7 @@ from typing import Iterator, List
 
 import pytest
 import torch
-from annotate_helpers import run, save_tiny_pipeline, word_rows, write_input
+from annotate_helpers import read_output, run, save_tiny_pipeline, word_rows, write_input
 from helpers import write_tiny_bert
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -40,6 +40,9 @@ def wide_pipeline(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def input_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     records = word_rows(N_ROWS, step=5, shortest=4, spread=23)
+    for i, record in enumerate(records):
+        record["score"] = i / 7  # a kept float: the same digits from every engine
+    records[3]["text"] = "  "  # flagged empty_text
     return write_input(tmp_path_factory.mktemp("input"), "jsonl", records)
 
 
@@ -88,7 +91,9 @@ def test_the_bytes_do_not_depend_on_workers_or_the_callers_threads(
     the same bytes, at fp32 and at the pipeline's own precision."""
     import functools
 
-    options = dict(chunk_size=CHUNK, batch_size=4, precision=precision)
+    options = dict(
+        chunk_size=CHUNK, batch_size=4, precision=precision, keep_columns=("score", "text")
+    )
     other = dict(options, precision="bf16" if precision == "fp32" else "fp32")
     outputs = []
     for threads in (1, 2):
@@ -108,4 +113,7 @@ def test_the_bytes_do_not_depend_on_workers_or_the_callers_threads(
     )
     outputs.append(output.read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]
+    rows = read_output(output)
+    assert list(rows[0])[:3] == ["id", "score", "text"] and rows[1]["score"] == 1 / 7
+    assert [row["empty_text"] for row in rows[:5]] == [False, False, False, True, False]
     assert seen.read_text().split() == [str(ANNOTATE_THREADS)] * (N_ROWS // CHUNK)

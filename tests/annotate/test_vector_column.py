@@ -89,7 +89,8 @@ def test_jsonl_and_parquet_hold_the_vectors(pipeline: str, tmp_path: Path) -> No
     rows = read_output(outputs["out.jsonl"])
     plain_rows = read_output(plain)
     assert [{k: v for k, v in row.items() if k != "vector"} for row in rows] == plain_rows[:6]
-    columns = ["id", "cats", "entities", "answers", "route", "vector"]
+    # (no bert_qa in this pipeline: no answers column)
+    columns = ["id", "cats", "entities", "route", "empty_text", "vector"]
     assert [list(row) for row in rows] == [columns] * 6
     texts = {r["id"]: r["text"] for r in records()}
     for row in rows:
@@ -103,7 +104,7 @@ def test_jsonl_and_parquet_hold_the_vectors(pipeline: str, tmp_path: Path) -> No
     assert table.schema.field("vector").type == pa.list_(pa.float32(), VECTOR_WIDTH)
     assert table.column("id").to_pylist() == [row["id"] for row in rows]
     frame = pandas.read_parquet(outputs["out.parquet"])
-    assert list(frame.columns) == ["id", "cats", "entities", "answers", "route", "vector"]
+    assert list(frame.columns) == columns
     assert numpy.stack(frame["vector"].to_list()).dtype == numpy.float32
     assert numpy.array_equal(numpy.stack(frame["vector"].to_list()), float32)
     # A folder: the same rows as shards of the same type.
@@ -289,3 +290,24 @@ def test_ray_gives_the_local_bytes(pipeline: str, tmp_path: Path, local_ray: Non
         assert (summary.output_rows, summary.error_rows) == (18, 3)
         assert ray_output.read_bytes() == local.read_bytes()
         assert read_errors(ray_output) == read_errors(local)
+
+
+@pytest.mark.parametrize("name", ["out.jsonl", "out.parquet", "shards"])
+def test_vectors_under_a_renamed_id_column_are_read_by_their_ids(
+    pipeline: str, tmp_path: Path, name: str
+) -> None:
+    """`--id-column ticket_id --vectors`: the readers of vectors (similar-
+    collection, the report) find the ids in the ticket_id column."""
+    from spacy_bert_pipes.io.output import output_id_column
+    from spacy_bert_pipes.report.inputs import read_collection
+    from spacy_bert_pipes.similar import similar_collection
+
+    rows = [{"ticket_id": row["id"], "text": row["text"]} for row in records()]
+    input_path = write_input(tmp_path, "jsonl", rows)
+    output = tmp_path / name
+    run(pipeline, input_path, output, id_column="ticket_id", keep_columns=("text",), vectors=True)
+    assert output_id_column(output) == "ticket_id"
+    ids = [row["ticket_id"] for row in rows if row["ticket_id"] != "unknown"]  # an error row
+    assert similar_collection(output, k=2).collection.ids == ids
+    collection = read_collection(output)
+    assert collection.ids == ids and collection.vectors is not None

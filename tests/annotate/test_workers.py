@@ -6,7 +6,14 @@ import functools
 from pathlib import Path
 
 import pytest
-from annotate_helpers import kill_on_chunk, run, save_tiny_pipeline, word_rows, write_input
+from annotate_helpers import (
+    kill_on_chunk,
+    read_output,
+    run,
+    save_tiny_pipeline,
+    word_rows,
+    write_input,
+)
 
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, annotate, prepare_run
 from spacy_bert_pipes.annotate.workers import lost_rows, run_annotation_workers
@@ -15,6 +22,8 @@ from spacy_bert_pipes.runtime import WorkerLost
 
 N_ROWS = 60
 CHUNK = 10
+# The id column keeps its name and two input columns are carried: the same bytes too.
+COLUMNS = {"chunk_size": CHUNK, "id_column": "ticket_id", "keep_columns": ("text", "customer")}
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +33,19 @@ def pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def input_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    records = word_rows(N_ROWS, step=7, shortest=3, spread=17)
+    records = [
+        {"ticket_id": r["id"], "text": r["text"], "customer": f"c{i % 7}" if i % 5 else None}
+        for i, r in enumerate(word_rows(N_ROWS, step=7, shortest=3, spread=17))
+    ]
     records[13]["text"] = ""
-    records.append({"id": "r5", "text": "a duplicate id"})  # an error row
+    records.append({"ticket_id": "r5", "text": "a duplicate id", "customer": "x"})  # an error row
     return write_input(tmp_path_factory.mktemp("input"), "jsonl", records)
 
 
 @pytest.fixture(scope="module")
 def one_worker(pipeline: str, input_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("one") / "out.jsonl"
-    run(pipeline, input_path, output, chunk_size=CHUNK, batch_size=4, workers=1)
+    run(pipeline, input_path, output, batch_size=4, workers=1, **COLUMNS)
     return output
 
 
@@ -55,11 +67,11 @@ def test_two_workers_finish_a_stopped_run_with_the_bytes_of_one_despite_a_kill(
             pipeline,
             input_path,
             output,
-            AnnotateOptions(chunk_size=CHUNK, batch_size=4),
+            AnnotateOptions(batch_size=4, **COLUMNS),  # type: ignore[arg-type]
             on_chunk=stop,
         )
     marker = tmp_path / "kills"
-    options = AnnotateOptions(chunk_size=CHUNK, batch_size=4, workers=2)
+    options = AnnotateOptions(batch_size=4, workers=2, **COLUMNS)  # type: ignore[arg-type]
     summary = run_annotation_workers(
         prepare_run(pipeline, input_path, output, options),
         pipeline,
@@ -68,6 +80,9 @@ def test_two_workers_finish_a_stopped_run_with_the_bytes_of_one_despite_a_kill(
     assert len(marker.read_text().splitlines()) == 1
     assert (summary.input_rows, summary.error_rows, summary.resumed_chunks) == (N_ROWS + 1, 1, 2)
     assert output.read_bytes() == one_worker.read_bytes()
+    rows = read_output(output)
+    assert list(rows[0])[:3] == ["ticket_id", "text", "customer"]
+    assert rows[13]["empty_text"] is True and rows[0]["customer"] is None
     errors = output.with_name(output.name + ".errors.jsonl").read_bytes()
     assert errors == one_worker.with_name(one_worker.name + ".errors.jsonl").read_bytes()
     assert not output.with_name(output.name + ".parts").exists()
