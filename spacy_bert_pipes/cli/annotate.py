@@ -1,7 +1,7 @@
 """`bert-pipes annotate ...`: annotate a large collection with a trained pipeline."""
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Tuple
 
 import spacy
 import typer
@@ -52,9 +52,17 @@ def annotate_cli(
     id_column: Optional[str] = typer.Option(
         None,
         "--id-column",
-        help="The column or field of each row's id (default: 'id' where the input has "
-        "it, else the 0-based row number as a string; a .txt file's id is its path "
-        "relative to INPUT)",
+        help="The column or field of each row's id, which OUTPUT's first column keeps "
+        "the name of (default: 'id' where the input has it, else the 0-based row number "
+        "as a string; a .txt file's id is its path relative to INPUT)",
+        show_default=False,
+    ),
+    keep_columns: Optional[str] = typer.Option(
+        None,
+        "--keep-columns",
+        help="Input columns or fields to copy into each output row after the id, comma "
+        "separated, e.g. text,customer (the text column may be one); a missing one "
+        "fails the run at once",
         show_default=False,
     ),
     questions_path: Optional[Path] = typer.Option(
@@ -162,12 +170,17 @@ def annotate_cli(
 ) -> None:
     """Annotate a collection with a trained pipeline, in restartable chunks.
 
-    OUTPUT gets exactly one row per annotated input row, in input order:
-    "id", "cats" ({label: probability}, or null without a text classifier),
-    "entities" ([{"text", "label", "start", "end", "score"}] from doc.ents,
-    character offsets) and "answers" (bert_qa's doc._.answers, or []). In CSV
-    and Parquet the last three are JSON strings. With --vectors, a "vector"
-    column holds each doc's doc.vector (see docs/annotate-vectors.md).
+    OUTPUT gets exactly one row per annotated input row, in input order, with
+    these columns: the id (named as --id-column, else "id"); the
+    --keep-columns, as in the input; "cats" ({label: probability}, from a
+    text classifier); "entities" ([{"text", "label", "start", "end",
+    "score"}] from doc.ents, character offsets); "answers" (bert_qa's
+    doc._.answers); "route" (an exclusive bert_textcat's decision: {"label",
+    "top", "confidence", "decision"}); "empty_text" (true for an empty or
+    whitespace-only text, which is annotated all the same). Of cats, entities,
+    answers and route, only those the pipeline can fill are written. In CSV
+    and Parquet they are JSON strings. With --vectors, a last "vector" column
+    holds each doc's doc.vector (see docs/annotate-vectors.md).
 
     A row that cannot be annotated (null text, invalid UTF-8, a duplicate id,
     ...) goes to OUTPUT.errors.jsonl with its id, row number, source line and
@@ -206,6 +219,7 @@ def annotate_cli(
             id_column=id_column,
             questions=questions,
             questions_column=questions_column,
+            keep_columns=_column_names(keep_columns),
             chunk_size=chunk_size,
             max_length=max_length,
             batch_size=batch_size,
@@ -286,6 +300,13 @@ def _run(
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     return run_annotation(run, load_pipeline(pipeline, run.options), progress=True)
+
+
+def _column_names(value: Optional[str]) -> Tuple[str, ...]:
+    """--keep-columns as names: "text, customer" is ("text", "customer")."""
+    if value is None:
+        return ()
+    return tuple(name.strip() for name in value.split(","))
 
 
 def _workers(value: str, gpu_id: int, n_process: int) -> int:
