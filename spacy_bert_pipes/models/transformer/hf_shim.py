@@ -12,7 +12,6 @@ import contextlib
 import copy
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union, cast
 
@@ -27,6 +26,7 @@ from thinc.types import FloatsXd
 from ...memory import trim_if_grown
 from .fused_adam import fused_adam, fused_adam_applies
 from .hf_bytes import tokenizer_from_bytes, transformer_from_bytes
+from .onnx_int8 import Int8Module
 from .precision import (
     PRECISION_CHOICES,
     attention_backends,
@@ -267,33 +267,25 @@ class HFShim(Shim):
         bf16: a copy with bf16 weights. Autocast alone re-casts every weight on every
         batch and keeps layer norms and softmax in fp32; the copy was 1.2-1.5x faster
         than autocast on this CPU (AMX), at the cost of a second, half-size set of
-        weights in memory. int8: linear layers dynamically quantized with per-channel
-        weight scales (per-tensor scales lost ~1 point of Banking77 accuracy).
+        weights in memory. int8: the module exported to ONNX and quantized, run by
+        ONNX Runtime (`onnx_int8.Int8Module`; why that backend: docs/precision.md).
         """
         module = self.module
         if precision not in ("bf16", "int8"):
             return module
         if self._reduced is None or self._reduced_precision != precision:
-            reduced = copy.deepcopy(module).eval()
+            reduced: torch.nn.Module
             if precision == "bf16":
+                reduced = copy.deepcopy(module).eval()
                 reduced.to(torch.bfloat16)
                 reduced.precision = "fp32"  # already bf16: no autocast on top
             else:
                 if self.device.type != "cpu":
                     raise ValueError(
-                        "precision = 'int8' (dynamic quantization) runs on the CPU only; "
+                        "predict_precision = 'int8' runs on the CPU only; "
                         "use 'bf16' or 'fp16' on a GPU"
                     )
-                from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-                # Eager-mode quantization is deprecated in favour of torchao, which
-                # is not a dependency; it still works in torch 2.13.
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    reduced = quantize_dynamic(
-                        reduced, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
-                    )
+                reduced = Int8Module.build(module)
             self._reduced = reduced
             self._reduced_precision = precision
         return self._reduced
