@@ -429,7 +429,10 @@ def output_id_column(path: Path) -> str:
         where, record = next(read_jsonl_records(path), (str(path), {}))
         names = list(record) if isinstance(record, dict) else []
     _check_columns(where, names)
-    return str(names[0])
+    id_name = _id_name(names)
+    if id_name is None:
+        raise ConversionError(where, f"no id column: the first column is {names[0]!r}")
+    return id_name
 
 
 def read_error_records(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
@@ -466,7 +469,7 @@ def _jsonl_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
             raise ConversionError(where, f"not a JSON object: {_show(record)}")
         if names is None:
             names = list(record)
-            _check_columns(where, names)
+            _check_columns(where, names, row=True)
         missing = [name for name in names if name not in record]
         if missing:
             raise ConversionError(
@@ -474,7 +477,7 @@ def _jsonl_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
                 f"a row without {', '.join(map(json.dumps, missing))} (the first row "
                 f"has {', '.join(map(json.dumps, names))})",
             )
-        yield where, _row(record, names[0])
+        yield where, _row(record, _id_name(names))
 
 
 def _csv_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
@@ -502,7 +505,8 @@ def _csv_output_rows(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
                     raise ConversionError(
                         where, f"{len(cells)} cells, the header has {len(header)}"
                     )
-                yield where, _row(_parse_cells(dict(zip(header, cells)), where), header[0])
+                row = _parse_cells(dict(zip(header, cells)), where)
+                yield where, _row(row, _id_name(header))
     except OSError as err:
         raise ConversionError(str(path), str(err)) from err
 
@@ -529,22 +533,38 @@ def _parquet_output_rows(path: Path, shards: List[Path]) -> Iterator[Tuple[str, 
                 for row in batch.to_pylist():
                     where = f"{shard}:row {number}"
                     number += 1
-                    yield where, _row(_parse_cells(row, where), names[0])
+                    yield where, _row(_parse_cells(row, where), _id_name(names))
         except (pyarrow.ArrowException, OSError) as err:
             raise ConversionError(str(shard), f"not a readable Parquet file ({err})") from err
 
 
-def _check_columns(where: str, names: List[str]) -> None:
-    """An OUTPUT's first column is its id, and it has at least one of the
-    columns annotate writes."""
-    known = [name for name in names if name in OMITTED_VALUES]
-    if not names or names[0] in OMITTED_VALUES or not known:
+def _check_columns(where: str, names: List[str], row: bool = False) -> None:
+    """An OUTPUT has at least one of the columns annotate writes besides the
+    id (`row`: say it of a JSONL row)."""
+    if not any(name in OMITTED_VALUES for name in names):
+        wanted = ", ".join(map(json.dumps, OMITTED_VALUES))
+        found = ", ".join(map(repr, names)) or "none"
+        if row:
+            missing = ", ".join(map(json.dumps, list(OMITTED_VALUES)[:-1]))
+            raise ConversionError(
+                where,
+                f'a row without {missing} or "{EMPTY_TEXT_COLUMN}" (not an output of '
+                f"bert-pipes annotate, whose rows have an id, then some of {wanted}; "
+                f"its fields: {found})",
+            )
+        missing = ", ".join(map(repr, list(OMITTED_VALUES)[:-1]))
         raise ConversionError(
             where,
-            "not an output of bert-pipes annotate, whose first column is the id, followed "
-            f"by the kept input columns and some of {', '.join(map(repr, OMITTED_VALUES))} "
-            f"(found {', '.join(map(repr, names)) or 'no columns'})",
+            f"no column {missing} or {EMPTY_TEXT_COLUMN!r}: not an output of bert-pipes "
+            f"annotate, whose first column is the id, then the kept input columns and "
+            f"some of {wanted} (found {found})",
         )
+
+
+def _id_name(names: List[str]) -> Optional[str]:
+    """The id column: the first, unless an output without one starts with an
+    annotation (its rows are passed on with "id" None)."""
+    return names[0] if names[0] not in OMITTED_VALUES else None
 
 
 def _parse_cells(row: Dict[str, Any], where: str) -> Dict[str, Any]:
@@ -562,9 +582,9 @@ def _parse_cells(row: Dict[str, Any], where: str) -> Dict[str, Any]:
     return row
 
 
-def _row(record: Dict[str, Any], id_name: str) -> Dict[str, Any]:
+def _row(record: Dict[str, Any], id_name: Optional[str]) -> Dict[str, Any]:
     """A row as written, in the shape of `doc_to_row` (see `read_output_rows`)."""
-    row = {"id": record.get(id_name)}
+    row = {"id": record.get(id_name) if id_name is not None else None}
     for column, omitted in OMITTED_VALUES.items():
         row[column] = record[column] if column in record else copy.copy(omitted)
     for name, value in record.items():

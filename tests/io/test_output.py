@@ -196,9 +196,14 @@ def test_a_row_without_a_column_of_the_first_row_is_named(tmp_path: Path) -> Non
         list(read_output_rows(bad))
     table = tmp_path / "table.csv"
     table.write_text("ticket_id,text\na,b\n")
-    with pytest.raises(
-        ConversionError, match=r"table\.csv:1: not an output of bert-pipes annotate"
-    ):
+    message = r"table\.csv:1: no column 'cats', .* or 'empty_text': not an output"
+    with pytest.raises(ConversionError, match=message):
         list(read_output_rows(table))
-    with pytest.raises(ConversionError, match=r"table\.csv:1: not an output"):
+    with pytest.raises(ConversionError, match=message):
         output_id_column(table)
+    first = tmp_path / "first.jsonl"
+    first.write_text('{"ticket_id": "a", "text": "no annotations"}\n')
+    with pytest.raises(
+        ConversionError, match=r'first\.jsonl:1: a row without "cats", .*"empty_text"'
+    ):
+        list(read_output_rows(first))

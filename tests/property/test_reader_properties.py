@@ -182,7 +182,7 @@ def test_output_round_trip(
     path = tmp_path / f"out.{fmt}"
     write_rows(path, rows_out, fmt)
     if fmt == "csv":  # a part has no header; OUTPUT does
-        path.write_bytes(b"id,cats,entities,answers,route\r\n" + path.read_bytes())
+        path.write_bytes(b"id,cats,entities,answers,route,empty_text\r\n" + path.read_bytes())
     assert [row for _, row in read_output_rows(path)] == rows_out
 
 
