@@ -20,6 +20,7 @@ costs a few seconds on first use (docs/precision.md) and nothing is cached on
 disk. Training never runs here: the fp32 module stays what trains and is saved.
 """
 
+import copy
 import io
 import os
 import tempfile
@@ -141,25 +142,25 @@ def _export(module: TransformerModule, inputs: List[torch.Tensor]) -> bytes:
     names = list(INPUT_NAMES[: len(inputs)])
     axes = {name: {0: "batch", 1: "length"} for name in [*names, "hidden"]}
     buffer = io.BytesIO()
-    was_training = module.training
-    module.eval()
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            # The tracer warns about Python branches on shapes in the HF code
-            # (mask handling), which the dynamic axes make general.
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                _Traced(module),
-                tuple(inputs),
-                buffer,
-                input_names=names,
-                output_names=["hidden"],
-                dynamic_axes=axes,
-                opset_version=OPSET,
-                dynamo=False,
-            )
-    finally:
-        module.train(was_training)
+    # Tracing changes the traced module itself: after an export, the same
+    # module's torch forward gave other outputs from run to run (up to 2.0 in a
+    # hidden unit of the default encoder). The copy is traced; the module that
+    # trains and predicts in fp32 is left as it was.
+    traced = copy.deepcopy(module).eval()
+    with warnings.catch_warnings(), torch.no_grad():
+        # The tracer warns about Python branches on shapes in the HF code
+        # (mask handling), which the dynamic axes make general.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Traced(traced),
+            tuple(inputs),
+            buffer,
+            input_names=names,
+            output_names=["hidden"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
     return buffer.getvalue()
 
 

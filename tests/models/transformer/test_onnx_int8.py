@@ -68,6 +68,17 @@ def test_int8_module_computes_what_the_module_computes(
     assert cosine.min() > 0.98
 
 
+def test_building_leaves_the_module_computing_what_it_did(tiny_bert):
+    mod = module(tiny_bert, branch=True)
+    inputs = batch(3)
+    with torch.inference_mode():
+        before = mod(*inputs).numpy()
+    Int8Module.build(mod)
+    with torch.inference_mode():
+        assert mod(*inputs).numpy().tobytes() == before.tobytes()
+        assert mod(*inputs).numpy().tobytes() == before.tobytes()
+
+
 def test_case_ids_are_an_input_of_the_graph_only_when_the_module_has_them(tiny_bert):
     assert Int8Module.build(module(tiny_bert)).input_names == [
         "input_ids",
