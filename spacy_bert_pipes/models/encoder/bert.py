@@ -37,6 +37,7 @@ from ..text.segments import CONTEXTS
 from ..text.tokens import tokenized
 from ..text.window_layout import layout_windows
 from ..text.windows import (
+    REPRODUCIBLE_TOKENS,
     bucket_length,
     copy_rows,
     pack_batches,
@@ -202,8 +203,11 @@ def run_windows(
     lengths = [len(ids) for ids, _ in windows]
     # reproducible: each window padded as it would be alone (set at load time)
     reproducible = encoder.attrs.get("reproducible", False) and not is_train
+    # int8 quantizes activations with one scale per call: rows share it, so a
+    # reproducible window runs alone (one row per call)
+    tokens = 1 if reproducible and shim.rows_share_scales else REPRODUCIBLE_TOKENS
     if reproducible:
-        batches = pack_reproducible(lengths)
+        batches = pack_reproducible(lengths, tokens=tokens)
     else:
         batches = pack_batches(lengths, encoder.attrs["max_batch_tokens"])
     outputs: List[Any] = [None] * len(windows)
@@ -214,7 +218,7 @@ def run_windows(
         width = bucket_length(longest) if reproducible else shim.padded_length(longest, is_train)
         rows = batch
         if reproducible:  # every call of a width has one shape: copies of row 0 fill it
-            rows = batch + [batch[0]] * (reproducible_rows(width) - len(batch))
+            rows = batch + [batch[0]] * (reproducible_rows(width, tokens) - len(batch))
             batch_lengths = numpy.asarray([lengths[i] for i in rows], dtype="i")
         # (rows, length): True over each window's real wordpieces, row by row
         mask = numpy.arange(width)[None, :] < batch_lengths[:, None]

@@ -216,6 +216,12 @@ class HFShim(Shim):
         setting = self.predict_precision or self.precision
         return resolve_precision(setting, self.device, predicting=True)
 
+    @property
+    def rows_share_scales(self) -> bool:
+        """Whether a predict batch's rows change each other's outputs beyond the
+        last bits: int8 quantizes activations with one scale per call."""
+        return self.prediction_precision == "int8"
+
     def length_multiple(self, is_train: bool) -> int:
         """The multiple a predict batch's length is rounded up to when long enough:
         16 in bf16 on a CPU, else 1 (see `padded_length`, which decides per batch)."""
