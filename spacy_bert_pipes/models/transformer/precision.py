@@ -15,10 +15,11 @@ from typing import Iterator
 
 import torch
 
-# Autocast dtype of each precision. "int8" runs fp32 in training and dynamically
-# quantized linear layers (int8 weights, activations quantized per batch) at predict
-# time on the CPU; "tf32" is fp32 with TensorFloat-32 matmuls on CUDA (Ampere and
-# newer; fp32 on the CPU); "auto" is resolved by `resolve_precision` on the device.
+# Autocast dtype of each precision. "int8" runs fp32 in training and, at predict
+# time on the CPU, the module exported to ONNX with int8 matrix products (int8
+# weights, activations quantized per batch; `onnx_int8.py`); "tf32" is fp32 with
+# TensorFloat-32 matmuls on CUDA (Ampere and newer; fp32 on the CPU); "auto" is
+# resolved by `resolve_precision` on the device.
 PRECISIONS = {
     "fp32": None,
     "bf16": torch.bfloat16,
@@ -52,6 +53,14 @@ def cpu_has_fast_bf16() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
+@functools.lru_cache(maxsize=1)
+def int8_available() -> bool:
+    """Whether ONNX Runtime and onnx, which the int8 backend runs on, can be imported."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
 def cuda_has_bf16(device: torch.device) -> bool:
     """Whether a CUDA device computes bf16 natively (compute capability 8.0+)."""
     return torch.cuda.get_device_capability(device)[0] >= 8
@@ -61,13 +70,14 @@ def resolve_precision(precision: str, device: torch.device, *, predicting: bool 
     """Turn "auto" into a concrete precision for a device; other values pass through,
     except "tf32", which is "fp32" off CUDA.
 
-    "auto" picks the fastest precision that keeps accuracy. On CPUs with AMX /
-    AVX-512 BF16 that is bf16 (1.57x fp32 end to end on an AVX-512 BF16 EPYC, with
-    Banking77 and CoNLL-2003 within 0.1 point), on other CPUs fp32. On CUDA,
-    training (`predicting` false) uses bf16 on GPUs that compute it natively
-    (Ampere and newer), but prediction stays fp32: on an H100, bf16 prediction
-    of the default 6-layer encoder measured 2.5-3.5x slower than fp32
-    (docs/precision.md), so "auto", the default predict_precision, never picks it.
+    "auto" picks the fastest precision that keeps accuracy (docs/precision.md has
+    the figures). Prediction on a CPU with AMX / AVX-512 BF16: bf16 (1.57x fp32 end
+    to end on an AVX-512 BF16 EPYC, the heads within 0.1 point). Prediction on
+    other CPUs: int8 through ONNX Runtime where it is installed, else fp32.
+    Training on a CPU: bf16 where it is fast, else fp32 (int8 does not train). On
+    CUDA, training (`predicting` false) uses bf16 on GPUs that compute it natively
+    (Ampere and newer), but prediction stays fp32: on an H100, bf16 prediction of
+    the default 6-layer encoder measured 2.5-3.5x slower than fp32.
     """
     if precision == "tf32":
         return "tf32" if device.type == "cuda" else "fp32"
@@ -75,7 +85,9 @@ def resolve_precision(precision: str, device: torch.device, *, predicting: bool 
         return precision
     if device.type == "cuda":
         return "bf16" if cuda_has_bf16(device) and not predicting else "fp32"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
+    if cpu_has_fast_bf16():
+        return "bf16"
+    return "int8" if predicting and int8_available() else "fp32"
 
 
 # Padding a bf16 batch on a CPU: AMX multiplies bf16 in tiles of 16 rows, and lengths
