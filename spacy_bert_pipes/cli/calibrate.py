@@ -11,6 +11,7 @@ import srsly
 import typer
 from wasabi import Printer
 
+from ..loading import PipelineLoadError, Precision, load_pipeline
 from ..pipeline.textcat_scope import (
     DEFAULT_COVERAGE,
     DEFAULT_KEY,
@@ -64,6 +65,13 @@ def calibrate_cli(
         None, "--report", help="Also write what was fit to this JSON file", dir_okay=False
     ),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to use, -1 for CPU"),
+    precision: Optional[Precision] = typer.Option(
+        None,
+        "--precision",
+        help="Calibrate with the pipeline's bert encoders at this precision, and save it "
+        "so (default: as saved; the confidences follow the precision they were fit at)",
+        show_default=False,
+    ),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Calibrate a trained bert_textcat: temperature scaling and the out-of-scope
@@ -75,9 +83,9 @@ def calibrate_cli(
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     try:
-        nlp = spacy.load(pipeline)
+        nlp = load_pipeline(pipeline, precision=precision)
         fitted = calibrate_pipeline(nlp, train, dev, component=component, coverage=coverage)
-    except ValueError as error:
+    except (PipelineLoadError, ValueError) as error:
         fail(str(error))
     nlp.to_disk(output)
     if report is not None:

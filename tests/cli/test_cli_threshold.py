@@ -146,3 +146,17 @@ def test_without_out_of_scope_docs(router: Dict[str, Path], tmp_path: Path) -> N
     result = run(router, tmp_path / "ok", "--coverage", "0.8", dev="in_scope.spacy")
     assert result.exit_code == 0, result.output
     assert all(r["oos_recall"] is None for r in rows(tmp_path / "ok"))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_calibrate_at_a_precision_saves_the_pipeline_at_it(
+    router: Dict[str, Path], tmp_path: Path, precision: str
+) -> None:
+    """The confidences follow the precision they were fit at: `calibrate
+    --precision` fits there and saves the pipeline predicting there."""
+    output = tmp_path / "calibrated"
+    args = ["calibrate", str(router["model"]), str(output), "--dev", str(router["dev.spacy"])]
+    result = CliRunner().invoke(app, [*args, "--precision", precision])
+    assert result.exit_code == 0, result.output
+    saved = spacy.util.load_config(output / "config.cfg")
+    assert saved["components"]["bert_textcat"]["model"]["encoder"]["predict_precision"] == precision
