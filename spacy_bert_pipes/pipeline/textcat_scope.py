@@ -47,7 +47,8 @@ from ..models.heads.scope import (
     scale_probs,
     set_fit,
 )
-from ..scorers import expected_calibration_error, score_routes
+from ..confidence import expected_calibration_error
+from ..scorers import score_routes
 
 DECISIONS = ("routed", "out_of_scope", "ambiguous")
 # Runs a pipeline's components before a classifier on a batch of docs.
