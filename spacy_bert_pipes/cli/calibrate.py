@@ -12,11 +12,11 @@ import typer
 from wasabi import Printer
 
 from ..loading import PipelineLoadError, Precision, load_pipeline
-from ..pipeline.textcat_scope import (
+from ..pipeline.textcat_scope import calibrate_pipeline
+from ..pipeline.textcat_threshold import (
     DEFAULT_COVERAGE,
     DEFAULT_KEY,
     ThresholdSweep,
-    calibrate_pipeline,
     sweep_thresholds,
 )
 from .common import app, fail, overwrite_option, refuse_to_overwrite

@@ -3,7 +3,8 @@
 One concept: the `bert_textcat` pipe, from its factory and settings through
 training, prediction, routing and scoring; the work it delegates lives beside it
 (`label_prototypes` for labels by description, `textcat_scope` for routing and
-calibration, `textcat_targets` for gold targets and the loss).
+calibration, `textcat_threshold` for choosing the routing threshold,
+`textcat_targets` for gold targets and the loss).
 """
 
 from typing import (

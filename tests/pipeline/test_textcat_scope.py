@@ -13,7 +13,8 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_bert_pipes.models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR
-from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline, sweep_thresholds
+from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline
+from spacy_bert_pipes.pipeline.textcat_threshold import sweep_thresholds
 
 OUT_OF_SCOPE = ["the weather in rome", "play some jazz music", "book a table for two"]
 # held-out in-scope texts (the training texts would find themselves)
