@@ -3,7 +3,8 @@
 errors.py    `ConversionError(location, message)`: the error for bad data.
 rows.py      `InputRow` and the checks of a row's raw values.
 readers.py   the input readers: CSV, JSONL, Parquet, folders of .txt or .parquet.
-output.py    the output format of `annotate`: rows, writers and readers.
+output.py    the output format of `annotate`: its rows and writers.
+output_readers.py  the readers of that format: any OUTPUT and its errors file back.
 durable.py   atomic, fsynced writes of files and folders (one policy for all).
 """
 
@@ -16,9 +17,8 @@ from .output import (
     error_row,
     errors_path_for,
     is_sharded_output,
-    read_error_records,
-    read_output_rows,
 )
+from .output_readers import read_error_records, read_output_rows
 from .readers import InputFormat, input_format_for, read_input, read_questions_file
 from .rows import InputRow
 

@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from typing import Collection as Labels
 
 from ..io.errors import ConversionError
-from ..io.output import (
-    errors_path_for,
+from ..io.output import errors_path_for
+from ..io.output_readers import (
     output_id_column,
     read_error_records,
     read_jsonl_records,

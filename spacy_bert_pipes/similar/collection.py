@@ -205,7 +205,7 @@ def read_intents(
 ) -> List[Optional[str]]:
     """The predicted intent (`top_intent` of "cats") of each row of a
     `bert-pipes annotate` OUTPUT, checked against the ids of its vectors."""
-    from ..io.output import read_output_rows
+    from ..io.output_readers import read_output_rows
 
     intents: List[Optional[str]] = []
     for row, (where, record) in enumerate(read_output_rows(Path(path))):
@@ -352,7 +352,7 @@ def similar_collection(
     text_column, id_column: The input's columns (as `bert-pipes annotate`).
     RETURNS (SimilarCollection): The search's results.
     """
-    from ..io.output import output_id_column
+    from ..io.output_readers import output_id_column
 
     # the id column keeps the input's name (annotate --id-column)
     collection = read_vectors(

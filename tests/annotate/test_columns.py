@@ -16,7 +16,7 @@ from annotate_helpers import read_output, run, save_tiny_pipeline, write_input
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, annotate, prepare_run
 from spacy_bert_pipes.annotate.columns import filled_annotations
 from spacy_bert_pipes.io.errors import ConversionError
-from spacy_bert_pipes.io.output import read_output_rows
+from spacy_bert_pipes.io.output_readers import read_output_rows
 
 torch.set_num_threads(1)
 

@@ -298,7 +298,7 @@ def test_vectors_under_a_renamed_id_column_are_read_by_their_ids(
 ) -> None:
     """`--id-column ticket_id --vectors`: the readers of vectors (similar-
     collection, the report) find the ids in the ticket_id column."""
-    from spacy_bert_pipes.io.output import output_id_column
+    from spacy_bert_pipes.io.output_readers import output_id_column
     from spacy_bert_pipes.report.inputs import read_collection
     from spacy_bert_pipes.similar import similar_collection
 

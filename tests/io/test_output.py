@@ -1,5 +1,6 @@
 """The annotate output format (spacy_bert_pipes.io.output): rows, their
-writers, and the readers that read any OUTPUT back."""
+writers, and the readers that read any OUTPUT back
+(spacy_bert_pipes.io.output_readers)."""
 
 import json
 from pathlib import Path
@@ -16,11 +17,13 @@ from spacy_bert_pipes.io.output import (
     doc_to_row,
     error_row,
     link_shards,
+    write_records,
+    write_rows,
+)
+from spacy_bert_pipes.io.output_readers import (
     output_id_column,
     read_error_records,
     read_output_rows,
-    write_records,
-    write_rows,
 )
 from spacy_bert_pipes.io.rows import InputRow
 

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from spacy.tokens import Span
 
 from spacy_bert_pipes.annotate import AnnotateOptions, prepare_run, run_annotation
-from spacy_bert_pipes.io.output import doc_to_row, read_output_rows, write_rows
+from spacy_bert_pipes.io.output import doc_to_row, write_rows
+from spacy_bert_pipes.io.output_readers import read_output_rows
 from spacy_bert_pipes.io.readers import read_input
 
 SETTINGS = settings(
