@@ -166,3 +166,19 @@ def test_int8_pipeline_matches_fp32_closely(tiny_bert, tmp_path):
     fp32 = predictions(load_pipeline(path, precision="fp32"))
     int8 = predictions(load_pipeline(path, precision="int8"))
     assert_allclose(numpy.array(int8), numpy.array(fp32), atol=0.05)
+
+
+def test_the_feed_forward_down_projections_stay_fp32(tiny_bert):
+    import onnx
+
+    mod = module(tiny_bert)
+    fp32_graph = onnx_int8._export(mod, onnx_int8._example_inputs(mod))
+    names = onnx_int8.down_projections(fp32_graph)
+    # the tiny BERT: 2 layers, one intermediate -> hidden product each
+    assert len(names) == 2 and all("output/dense" in name for name in names)
+    quantized = onnx.load_from_string(Int8Module.build(mod).graph)
+    kept = {node.name for node in quantized.graph.node if node.op_type == "MatMul"}
+    assert set(names) <= kept
+    # int8 per layer: query, key, value, attention output, intermediate
+    integer = [n for n in quantized.graph.node if n.op_type == "MatMulInteger"]
+    assert len(integer) == 2 * 5
