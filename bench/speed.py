@@ -2,7 +2,7 @@
 and Hugging Face pipelines, on the same texts and the same weights (not a test).
 
     python bench/speed.py --workload short|news|long [--limit N]
-        [--precision default|fp32|bf16|auto|tf32] [--trained DIR]
+        [--precision default|fp32|bf16|int8|auto|tf32] [--trained DIR]
         [--threads 2] [--max-batch-tokens 4096] [--batch-size 128]
         [--systems bare,ours-textcat,...] [--repeats 1] [--gpu 0] [--data DIR]
         [--output FILE]
@@ -299,6 +299,10 @@ def build_bare(
     # autocast over fp32 weights on this CPU), so the limit is the fastest forward.
     if precision == "bf16":
         model = model.to(torch.bfloat16)
+    # int8 for a plain Hugging Face user: torch's own dynamic quantization of the
+    # linear layers, per-channel weights (ours runs ONNX Runtime, `onnx_int8.py`).
+    if precision == "int8" and not ours:
+        model = torch_int8(model)
     model = model.to(device)
     shim = our_shim(s, precision) if ours else None
 
@@ -416,6 +420,20 @@ class DeviceTimer:
             self.seconds = self.start.elapsed_time(self.end) / 1000
         else:
             self.seconds = time.perf_counter() - self.wall
+
+
+def torch_int8(model: Any) -> Any:
+    """A Hugging Face model with torch's per-channel dynamic int8 linear layers."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(
+            model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+        )
 
 
 def our_shim(s: Settings, precision: str) -> Any:
@@ -544,7 +562,8 @@ def encoder_precisions(nlp: Any) -> Dict[str, str]:
             for shim in node.shims:
                 if isinstance(shim, hf_shim.HFShim) and shim.is_loaded:
                     setting = getattr(shim, "predict_precision", shim.precision)
-                    out[name] = f"{setting} -> {resolve_precision(setting, shim.device)}"
+                    resolved = resolve_precision(setting, shim.device, predicting=True)
+                    out[name] = f"{setting} -> {resolved}"
     return out
 
 
@@ -964,10 +983,10 @@ def main(
         None, help="Texts to use (0: all; default: 1000 short, 200 news, 5 long)"
     ),
     systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated systems to run"),
-    precision: Literal["default", "fp32", "bf16", "auto", "tf32"] = typer.Option(
+    precision: Literal["default", "fp32", "bf16", "int8", "auto", "tf32"] = typer.Option(
         "default",
-        help="Prediction precision of ours and bare (trf and hf run fp32); default: each "
-        "system's own (ours: as saved, 'auto'; bare: fp32)",
+        help="Prediction precision of ours and bare (trf and hf run fp32; bare's int8 is "
+        "torch's dynamic int8); default: each system's own (ours: as saved, 'auto'; bare: fp32)",
     ),
     trained: Optional[Path] = typer.Option(
         None,
