@@ -13,7 +13,8 @@ slows one round of every system rather than all rounds of one. Systems:
                     int8: torch's own dynamic int8, per-channel weights)
   ours-textcat-ner  bench/trained.py's textcat + NER on one encoder, at each
                     precision, and at "default" (as saved: predict_precision "auto",
-                    what a user gets out of the box)
+                    what a user gets out of the box; it stands for the precision
+                    "auto" resolves to, which is not run twice)
   trf-textcat-ner   spacy-transformers with spaCy's textcat and ner, fp32 (its default)
 
 bf16 is measured only where the CPU has AMX or AVX-512 BF16 (elsewhere torch
@@ -47,9 +48,15 @@ def cpu_kind() -> str:
 
 
 def runs(precisions: List[str]) -> List[Tuple[str, str]]:
-    """(system, precision) pairs of one round, in order."""
+    """(system, precision) pairs of one round, in order. Ours at the precision
+    "auto" resolves to here is ours at "default" (as saved: "auto"), run once."""
+    import torch
+
+    from spacy_bert_pipes.models.transformer.precision import resolve_precision
+
+    auto = resolve_precision("auto", torch.device("cpu"), predicting=True)
     pairs = [("bare", p) for p in precisions]
-    pairs += [("ours-textcat-ner", p) for p in precisions]
+    pairs += [("ours-textcat-ner", p) for p in precisions if p != auto]
     pairs += [("ours-textcat-ner", "default"), ("trf-textcat-ner", "default")]
     return pairs
 
@@ -79,6 +86,7 @@ def int8_build_seconds(rounds: int, threads: int) -> List[float]:
 
 def main(
     workloads: str = typer.Option("news,short", help="Workloads of bench/speed.py"),
+    limit: int = typer.Option(0, help="Texts per workload (0: speed.py's default)"),
     rounds: int = typer.Option(3, help="Interleaved rounds (the median is reported)"),
     precisions: str = typer.Option(
         "fp32,bf16,int8", help="Precisions to measure (bf16 is skipped without fast bf16)"
@@ -103,7 +111,7 @@ def main(
             for system, precision in runs(wanted):
                 s = speed.Settings(
                     workload=workload,
-                    limit=speed.DEFAULT_LIMITS[workload],
+                    limit=limit or speed.DEFAULT_LIMITS[workload],
                     precision=precision,
                     threads=threads,
                     max_batch_tokens=4096,

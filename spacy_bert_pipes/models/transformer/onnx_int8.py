@@ -25,7 +25,7 @@ import io
 import os
 import tempfile
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -73,9 +73,8 @@ class Int8Module(torch.nn.Module):
                 "predict_precision = 'int8' needs onnxruntime and onnx: "
                 "pip install onnxruntime onnx (or use 'fp32' or 'bf16')"
             )
-        inputs = _example_inputs(module)
-        fp32_graph = _export(module, inputs)
-        return cls(_quantize(fp32_graph), list(INPUT_NAMES[: len(inputs)]))
+        fp32_graph, names = export_fp32(module)
+        return cls(_quantize(fp32_graph), names)
 
     def session(self) -> Any:
         """The ONNX Runtime session for torch's current intra-op thread count."""
@@ -133,8 +132,10 @@ def _example_inputs(module: TransformerModule) -> List[torch.Tensor]:
     return inputs
 
 
-def _export(module: TransformerModule, inputs: List[torch.Tensor]) -> bytes:
-    """The module as an fp32 ONNX graph (TorchScript tracing, no file)."""
+def export_fp32(module: TransformerModule) -> Tuple[bytes, List[str]]:
+    """The module as an fp32 ONNX graph (TorchScript tracing, no file), and the
+    names of its inputs."""
+    inputs = _example_inputs(module)
     if any(p.device.type != "cpu" for p in module.parameters()):
         raise ValueError(
             "predict_precision = 'int8' runs on the CPU only; use 'bf16' or 'fp16' on a GPU"
@@ -161,7 +162,7 @@ def _export(module: TransformerModule, inputs: List[torch.Tensor]) -> bytes:
             opset_version=OPSET,
             dynamo=False,
         )
-    return buffer.getvalue()
+    return buffer.getvalue(), names
 
 
 def down_projections(graph: bytes) -> List[str]:

@@ -172,7 +172,7 @@ def test_the_feed_forward_down_projections_stay_fp32(tiny_bert):
     import onnx
 
     mod = module(tiny_bert)
-    fp32_graph = onnx_int8._export(mod, onnx_int8._example_inputs(mod))
+    fp32_graph, _ = onnx_int8.export_fp32(mod)
     names = onnx_int8.down_projections(fp32_graph)
     # the tiny BERT: 2 layers, one intermediate -> hidden product each
     assert len(names) == 2 and all("output/dense" in name for name in names)
