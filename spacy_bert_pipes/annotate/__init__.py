@@ -11,6 +11,7 @@ columns.py   OUTPUT's columns: the id's name, kept input columns, the
              annotations the pipeline can fill, "empty_text", the vector.
 chunks.py    the input in numbered, checked chunks, and a chunk annotated.
 parts.py     `OUTPUT.parts`: start, commit a chunk, finish into OUTPUT.
+timing.py    `<OUTPUT stem>_time.json`: a finished run's wall time and docs.
 vectors.py   `--vectors`: the width of the pipeline's doc vectors, a doc's vector.
 progress.py  the progress bar.
 local.py     the local engine: `run_annotation`, and `annotate` (all in one).

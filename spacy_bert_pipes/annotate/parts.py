@@ -8,12 +8,14 @@ it turns them into OUTPUT. Every engine goes through these steps:
    part, each written durably; the part, written last, marks the chunk done.
    `resumed_error_rows` counts the error rows of a chunk committed earlier.
 4. `finish`: OUTPUT.errors.jsonl, then OUTPUT, from the parts; then the parts
-   folder is renamed to `OUTPUT.parts.finished` and deleted.
+   folder is renamed to `OUTPUT.parts.finished` and deleted; last, the run's
+   timing, `<OUTPUT stem>_time.json` (see `timing`).
 
 A process killed at any step leaves either a resumable parts folder or a
 finished OUTPUT; the next run removes what a kill left half-written.
 """
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Set
@@ -28,6 +30,7 @@ from ..io.output import (
     write_rows,
 )
 from .manifest import MANIFEST_NAME, check_manifest, manifest_text
+from .timing import timing_record, write_timing
 from .types import PART_NAME, AnnotateError, AnnotateRun, AnnotateSummary
 
 FINISHED_SUFFIX = ".finished"
@@ -116,19 +119,25 @@ def resumed_error_rows(run: AnnotateRun, index: int) -> int:
         return sum(1 for _ in file_)
 
 
-def finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) -> AnnotateSummary:
+def finish(
+    run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int, resumed_rows: int
+) -> AnnotateSummary:
     """Concatenate the parts into OUTPUT.errors.jsonl, then OUTPUT (so a new
     OUTPUT comes with its errors file; an OUTPUT folder gets the parts as
     shards), then remove the parts folder: renamed first, so that a kill while
     deleting it leaves no half-deleted run to resume (the next run removes the
-    leftover).
+    leftover); then write the run's timing beside OUTPUT.
 
     run (AnnotateRun): The run, every chunk committed.
     n_chunks (int): The chunks of the input.
     input_rows (int): The rows of the input.
     error_rows (int): The error records in the errors parts.
+    resumed_rows (int): The input rows of the chunks an earlier run committed
+        (`run.done`).
     RETURNS (AnnotateSummary): Row counts.
     """
+    # this run's rows: the error parts of the resumed chunks are read before they go
+    resumed_errors = sum(resumed_error_rows(run, i) for i in run.done)
     parts = [run.part_path(i) for i in range(n_chunks)]
     errors = [run.part_errors_path(i) for i in range(n_chunks)]
     durable.write_file(run.errors_path, lambda p: concatenate(errors, p, "jsonl"))
@@ -142,6 +151,17 @@ def finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) ->
     durable.remove_path(finished)
     durable.rename(run.parts_dir, finished)
     durable.remove_path(finished)
+    seconds = time.perf_counter() - run.started
+    new_errors = error_rows - resumed_errors
+    timing = timing_record(
+        run,
+        seconds,
+        chunks=n_chunks,
+        docs=input_rows - resumed_rows - new_errors,
+        error_rows=new_errors,
+        resumed_rows=resumed_rows,
+    )
+    write_timing(run, timing)
     return AnnotateSummary(
         input_rows=input_rows,
         output_rows=input_rows - error_rows,
@@ -150,6 +170,8 @@ def finish(run: AnnotateRun, n_chunks: int, input_rows: int, error_rows: int) ->
         resumed_chunks=len(run.done),
         output_path=run.output_path,
         errors_path=run.errors_path,
+        timing_path=run.timing_path,
+        seconds=seconds,
     )
 
 

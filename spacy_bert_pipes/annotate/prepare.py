@@ -4,12 +4,19 @@ and the pipeline loaded and checked against the settings (`load_pipeline`)."""
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from spacy.language import Language
 
 from ..io import durable
-from ..io.output import OUTPUT_SUFFIXES, OutputFormat, errors_path_for, is_sharded_output
+from ..io.output import (
+    OUTPUT_SUFFIXES,
+    OutputFormat,
+    errors_path_for,
+    is_sharded_output,
+    timing_path_for,
+)
 from ..io.readers import count_rows, input_format_for
 from ..loading import load_pipeline as load_with_precision
 from ..memory import bound_kernel_caches
@@ -51,6 +58,7 @@ def prepare_run(
     options (AnnotateOptions): The settings.
     RETURNS (AnnotateRun): The run, ready for an engine (`run_annotation`).
     """
+    started = time.perf_counter()
     input_path, output_path = Path(input_path), Path(output_path)
     if min(options.chunk_size, options.batch_size, options.max_length, options.workers) < 1:
         raise AnnotateError("chunk_size, batch_size, max_length and workers must be at least 1")
@@ -78,12 +86,14 @@ def prepare_run(
         # A folder left as OUTPUT.tmp: a run killed while swapping its OUTPUT folder.
         sharded=is_sharded_output(output_path)
         or durable.sibling(output_path, durable.TMP_SUFFIX).is_dir(),
+        started=started,
     )
 
 
 def check_output_location(input_path: Path, output_path: Path) -> None:
     """Check, before a pipeline is loaded, that the run can write OUTPUT and
-    the files beside it (OUTPUT.errors.jsonl, OUTPUT.parts, OUTPUT.lock):
+    the files beside it (OUTPUT.errors.jsonl, OUTPUT.parts, OUTPUT.lock and
+    `<OUTPUT stem>_time.json`):
     raise `AnnotateError` naming the path and what is wrong. Only a probe
     file is created (and removed) in OUTPUT's folder, where it exists.
 
@@ -112,6 +122,7 @@ def check_output_location(input_path: Path, output_path: Path) -> None:
     for path, what in (
         (errors_path_for(output_path), "errors file"),
         (lock_path_for(output_path), "lock file"),
+        (timing_path_for(output_path), "timing file"),
     ):
         if path.is_dir():
             raise AnnotateError(f"{path}: is a folder, where the run writes its {what}")

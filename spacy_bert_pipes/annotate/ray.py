@@ -324,7 +324,7 @@ def _run(
     finally:
         if bar is not None:
             bar.close()
-    return finish(run, n_chunks, input_rows, error_rows)
+    return finish(run, n_chunks, input_rows, error_rows, resumed_rows)
 
 
 def _block(index: int, rows: List[InputRow]) -> Any:

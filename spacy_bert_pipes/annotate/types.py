@@ -2,11 +2,18 @@
 the names of its part files) and its summary. No I/O here."""
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Literal, Optional, Tuple
 
-from ..io.output import ERRORS_SUFFIX, OutputColumns, VectorColumn, errors_path_for
+from ..io.output import (
+    ERRORS_SUFFIX,
+    OutputColumns,
+    VectorColumn,
+    errors_path_for,
+    timing_path_for,
+)
 from ..io.readers import InputFormat
 from ..loading import Precision
 
@@ -99,6 +106,8 @@ class AnnotateRun:
     columns (Optional[OutputColumns]): OUTPUT's columns: set by the engine
         from the loaded pipeline (`columns.with_columns`) before any chunk;
         None until then.
+    started (float): `time.perf_counter()` when `prepare_run` began: the run's
+        wall time (`timing_path`) counts from it, the pipeline's loading included.
     """
 
     input_path: Path
@@ -112,6 +121,7 @@ class AnnotateRun:
     total_rows: Optional[int] = None
     sharded: bool = False
     columns: Optional[OutputColumns] = None
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def vectors(self) -> Optional[VectorColumn]:
@@ -121,6 +131,12 @@ class AnnotateRun:
     @property
     def errors_path(self) -> Path:
         return errors_path_for(self.output_path)
+
+    @property
+    def timing_path(self) -> Path:
+        """`<OUTPUT stem>_time.json`, written when the run finishes (see
+        `annotate.timing`)."""
+        return timing_path_for(self.output_path)
 
     def part_path(self, index: int) -> Path:
         """The part of chunk `index`: its output rows (written last: it marks
@@ -143,6 +159,9 @@ class AnnotateSummary:
     resumed_chunks (int): Chunks committed by an earlier run and not redone.
     output_path (Path): The output file.
     errors_path (Path): The errors file (always written, maybe empty).
+    timing_path (Path): The timing file (see `annotate.timing`).
+    seconds (float): This run's wall time, from `prepare_run` to OUTPUT
+        written (a resumed run: its own chunks only).
     """
 
     input_rows: int
@@ -152,3 +171,5 @@ class AnnotateSummary:
     resumed_chunks: int
     output_path: Path
     errors_path: Path
+    timing_path: Path
+    seconds: float

@@ -154,7 +154,7 @@ def _run(
     finally:
         if bar is not None:
             bar.close()
-    return finish(run, counts["chunks"], counts["input"], counts["errors"])
+    return finish(run, counts["chunks"], counts["input"], counts["errors"], counts["resumed"])
 
 
 def lost_rows(rows: List[InputRow], lost: WorkerLost) -> List[Dict[str, Any]]:

@@ -256,6 +256,7 @@ def annotate_cli(
         f"({summary.output_path}) + error rows {summary.error_rows} ({summary.errors_path})",
         fg="green",
     )
+    typer.echo(f"Wall time: {summary.seconds:.1f} s ({summary.timing_path})")
     if summary.error_rows:
         typer.secho(
             f"Warning: {summary.error_rows} rows could not be annotated; their reasons are "

@@ -22,9 +22,10 @@ annotations and "empty_text" are JSON text (Parquet: "empty_text" is a
 boolean column), and a kept value is written as it is if it is a string,
 empty (CSV) or null (Parquet) if it is null, else as its JSON text. A folder
 OUTPUT holds Parquet shards. Rows that could not be annotated go to
-`OUTPUT.errors.jsonl` (`error_row`, `write_records`). The writers write a
-chunk's rows (`write_rows`, a part without a CSV header) and join parts into
-OUTPUT (`concatenate`, `link_shards`).
+`OUTPUT.errors.jsonl` (`error_row`, `write_records`); the run that finishes
+OUTPUT times itself in `<OUTPUT stem>_time.json` (`timing_path_for`). The
+writers write a chunk's rows (`write_rows`, a part without a CSV header) and
+join parts into OUTPUT (`concatenate`, `link_shards`).
 
 A new column is added here: to `OUTPUT_COLUMNS`, to `doc_to_row`, to
 `OutputColumns.names`, and, if it is not a JSON value in CSV and Parquet,
@@ -71,6 +72,9 @@ VECTOR_COLUMN = "vector"
 # Names a kept column cannot have: the readers give these columns their meaning.
 RESERVED_COLUMNS = (*OUTPUT_COLUMNS, VECTOR_COLUMN)
 ERRORS_SUFFIX = ".errors.jsonl"
+# The timing a finished run writes beside OUTPUT (`<stem>_time.json`), the name
+# under which the report looks for a collection's wall time.
+TIMING_SUFFIX = "_time.json"
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,12 @@ def is_sharded_output(path: Path) -> bool:
 def errors_path_for(output_path: Path) -> Path:
     """OUTPUT.errors.jsonl: one JSON object per row that could not be annotated."""
     return output_path.with_name(output_path.name + ERRORS_SUFFIX)
+
+
+def timing_path_for(output_path: Path) -> Path:
+    """`<OUTPUT stem>_time.json` beside OUTPUT ("out_time.json" for "out.jsonl"
+    or a folder "out"): the wall time and docs of the run that finished it."""
+    return output_path.with_name(output_path.stem + TIMING_SUFFIX)
 
 
 # --- rows ----------------------------------------------------------------------------

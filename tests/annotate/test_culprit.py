@@ -101,6 +101,14 @@ def test_errors_file_lock_and_parts_in_the_way(tmp_path: Path, input_path: Path)
         f"{errors}: is a folder, where the run writes its errors file",
     )
     errors.rmdir()
+    timing = tmp_path / "out_time.json"
+    timing.mkdir()
+    fails_with(
+        tmp_path,
+        [str(input_path), str(output)],
+        f"{timing}: is a folder, where the run writes its timing file",
+    )
+    timing.rmdir()
     (tmp_path / "out.jsonl.parts").write_text("a file")
     result = runner.invoke(app, ["annotate", "x", str(input_path), str(output)])
     assert result.exit_code == 1

@@ -320,6 +320,19 @@ def test_resume_after_an_interruption(pipeline: str, nlp: Language, tmp_path: Pa
     assert output.read_bytes() == expected.read_bytes()
     assert read_errors(output) == read_errors(expected)
     assert not parts.exists()
+    # each run times itself beside its OUTPUT; the resumed one its own chunks only
+    whole = json.loads((tmp_path / "expected_time.json").read_text(encoding="utf8"))
+    assert (whole["docs"], whole["error_rows"], whole["chunks"]) == (9, 1, 4)
+    assert (whole["resumed_chunks"], whole["resumed_rows"]) == (0, 0)
+    assert whole["covers"] == "the whole run: 4 chunks, 10 rows (9 annotated, 1 error rows)"
+    assert whole["command"].endswith(f" {input_path} {expected}")
+    resumed = json.loads((tmp_path / "out_time.json").read_text(encoding="utf8"))
+    assert summary.timing_path == tmp_path / "out_time.json"
+    assert resumed["seconds"] == round(summary.seconds, 3) and summary.seconds > 0
+    assert (resumed["docs"], resumed["error_rows"], resumed["chunks"]) == (3, 1, 2)
+    assert (resumed["resumed_chunks"], resumed["resumed_rows"]) == (2, 6)
+    assert resumed["covers"].startswith("this run's 2 of 4 chunks, 4 rows (3 annotated")
+    assert "the other 2 chunks (6 rows) were annotated by an earlier" in resumed["covers"]
 
 
 def test_leftovers_of_a_kill_in_the_final_steps(
@@ -352,9 +365,11 @@ def test_leftovers_of_a_kill_in_the_final_steps(
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "expected.csv",
         "expected.csv.errors.jsonl",
+        "expected_time.json",
         "input.jsonl",
         "out.csv",
         "out.csv.errors.jsonl",
+        "out_time.json",
     ]
 
 

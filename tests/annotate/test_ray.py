@@ -154,6 +154,7 @@ def test_sharded_parquet_in_and_out(pipeline: str, tmp_path: Path, local_ray: No
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ray_out")) == [
         "ray_out",
         "ray_out.errors.jsonl",
+        "ray_out_time.json",
     ]
 
 

@@ -74,6 +74,34 @@ def test_error_rows_warn_and_strict_fails(pipeline: str, tmp_path: Path) -> None
     assert [row["id"] for row in read_output(output)] == ["0", "2"]
 
 
+def test_the_report_shows_the_wall_time_and_docs_per_second(pipeline: str, tmp_path: Path) -> None:
+    """annotate times itself in `<OUTPUT stem>_time.json`, which `bert-pipes
+    report` reads beside OUTPUT."""
+    records = [{"text": TEXTS[i % len(TEXTS)]} for i in range(7)] + [{"text": None}]
+    input_path = write_jsonl(tmp_path / "in.jsonl", records)
+    output = tmp_path / "out.jsonl"
+    args = ["annotate", pipeline, str(input_path), str(output), "--chunk-size", "3"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    timing_path = tmp_path / "out_time.json"
+    assert "Wall time: " in result.output and f"({timing_path})" in result.output
+    timing = json.loads(timing_path.read_text(encoding="utf8"))
+    assert (
+        timing["command"] == f"bert-pipes annotate {Path(pipeline).resolve()} {input_path} {output}"
+    )
+    assert (timing["docs"], timing["error_rows"], timing["chunks"]) == (7, 1, 3)
+    assert timing["resumed_chunks"] == 0 and timing["seconds"] > 0
+    reports = tmp_path / "reports"
+    result = runner.invoke(app, ["report", "-a", str(output), "-o", str(reports), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    markdown = (reports / "report.md").read_text(encoding="utf8")
+    seconds = timing["seconds"]
+    minutes, secs = divmod(int(round(seconds)), 60)
+    assert f"| Wall time (h:mm:ss) | 0:{minutes:02d}:{secs:02d} |" in markdown
+    assert f"| Docs/s (rows annotated / wall time) | {7 / seconds:.1f} |" in markdown
+    assert "timed by `out_time.json`" in markdown and "No wall time" not in markdown
+
+
 def test_missing_text_column_exits_1(pipeline: str, tmp_path: Path) -> None:
     input_path = tmp_path / "in.csv"
     input_path.write_text("id,body\n1,hello\n")
@@ -213,6 +241,7 @@ def test_killed_at_any_step_a_rerun_gives_the_same_bytes(pipeline: str, tmp_path
         "log.txt",
         "out.jsonl",
         "out.jsonl.errors.jsonl",
+        "out_time.json",
     ]
 
 

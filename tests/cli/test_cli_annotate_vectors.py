@@ -129,4 +129,5 @@ def test_killed_at_random_points_a_rerun_gives_the_same_bytes(
         "log.txt",
         "out.parquet",
         "out.parquet.errors.jsonl",
+        "out_time.json",
     ]
