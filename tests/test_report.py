@@ -508,10 +508,9 @@ def test_collection_without_cats_or_errors(tmp_path: Path) -> None:
     assert "## Annotated collection: plain.jsonl" in markdown
     assert "| Rows annotated | 4 |" in markdown and "| Error rows | 0 |" in markdown
     assert "| Wall time (h:mm:ss) | - |" in markdown
-    # and says how to get one
-    timed = tmp_path / "plain_time.json"
+    # and says where one comes from
     assert "No wall time: no `plain_time.json`" in markdown
-    assert f"`python scripts/timed.py {timed} -- bert-pipes annotate ...`" in markdown
+    assert "`bert-pipes annotate` writes it beside OUTPUT when a run finishes" in markdown
     # nothing predicted: no tables and no pictures of categories, entities or answers;
     # no vectors: the map's section says so
     assert report.images == []
@@ -587,6 +586,20 @@ def test_report_of_annotated_collections(metrics_dir: Path, tmp_path: Path) -> N
     assert "No wall time" not in markdown
     assert "| card | 2 | 100.0 |" in tickets_section and "| refund | 2 | 100.0 |" in tickets_section
     assert f"Made from `{metrics_dir / 'multilabel.json'}`" in markdown and f"`{table}`" in markdown
+
+
+def test_a_resumed_run_is_timed_on_its_own_docs(tmp_path: Path) -> None:
+    """annotate's timing of a resumed run covers the docs it annotated, not
+    the rows of OUTPUT: docs/s divides those, and the section says so."""
+    output = write_jsonl(tmp_path / "news.jsonl", ANNOTATED)  # 3 rows
+    covers = "this run's 1 of 2 chunks, 1 rows (1 annotated, 0 error rows); ..."
+    timing = {"seconds": 2.0, "docs": 1, "resumed_chunks": 1, "covers": covers}
+    write_json(tmp_path / "news_time.json", timing)
+    report = write_report([], tmp_path / "out", annotations=[output], plots=False)
+    markdown = report.markdown.read_text(encoding="utf8")
+    assert "| Rows annotated | 3 |" in markdown
+    assert "| Docs/s (rows annotated / wall time) | 0.5 |" in markdown
+    assert f"timed by `news_time.json` ({covers})." in markdown
 
 
 def test_collection_top_labels(tmp_path: Path) -> None:

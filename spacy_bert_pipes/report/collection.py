@@ -20,8 +20,12 @@ TOP_LABELS = 20
 
 def collection_section(c: Collection, figures: Figures) -> List[Block]:
     """The section of an annotated collection: its counts, errors and answers."""
-    seconds = (c.timing or {}).get("seconds")
-    speed = c.rows / seconds if isinstance(seconds, (int, float)) and seconds > 0 else None
+    timing = c.timing or {}
+    seconds = timing.get("seconds")
+    # annotate's own timing counts the docs it timed: a resumed run's own chunks only
+    docs = timing.get("docs")
+    timed_docs = docs if isinstance(docs, int) and not isinstance(docs, bool) else c.rows
+    speed = timed_docs / seconds if isinstance(seconds, (int, float)) and seconds > 0 else None
     rows = [
         ["Rows annotated", str(c.rows)],
         ["Error rows", str(c.error_rows)],
@@ -32,19 +36,19 @@ def collection_section(c: Collection, figures: Figures) -> List[Block]:
         ["Docs with an answer", str(c.docs_with_answers)],
     ]
     timed = f", timed by `{c.name}{TIME_SUFFIX}`" if c.timing is not None else ""
+    if timing.get("resumed_chunks"):
+        timed += f" ({timing.get('covers') or 'a resumed run: its own chunks only'})"
     blocks: List[Block] = [
         Heading(2, f"Annotated collection: {c.path.name}"),
         Paragraph(f"The output of `bert-pipes annotate` in `{c.path}`{timed}."),
         Table(["Annotation", "Value"], rows),
     ]
     if speed is None:
-        # `bert-pipes annotate` records no time of its own: the workflow times it
         blocks.append(
             Paragraph(
                 f"No wall time: no `{c.name}{TIME_SUFFIX}` among the metrics or beside "
-                f"`{c.path}`. Run the annotation as `python scripts/timed.py "
-                f"{c.path.with_name(c.name + TIME_SUFFIX)} -- bert-pipes annotate ...` to "
-                "record it, as the project's workflows do."
+                f"`{c.path}`. `bert-pipes annotate` writes it beside OUTPUT when a run "
+                "finishes; an output written by an earlier version has none."
             )
         )
     if c.error_rows:

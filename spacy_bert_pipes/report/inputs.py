@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from typing import Collection as Labels
 
 from ..io.errors import ConversionError
-from ..io.output import errors_path_for
+from ..io.output import errors_path_for, timing_path_for
 from ..io.output_readers import (
     output_id_column,
     read_error_records,
@@ -350,7 +350,7 @@ def read_collection(
         Its error rows are read from `<OUTPUT>.errors.jsonl`, if it exists.
     timings (Optional[Dict[str, Dict[str, Any]]]): Timing JSONs by file stem;
         `<stem>_time` is the annotation's wall time, else `<stem>_time.json`
-        beside the output.
+        beside the output (which `bert-pipes annotate` writes).
     intents (Optional[Sequence[str]]): The categories a row's intent is chosen
         from (None: all).
     RETURNS (Collection): The counts, with the doc vectors if the output has a
@@ -380,7 +380,7 @@ def read_collection(
         _read_similar(collection)
     except ConversionError as err:  # not an output of annotate: the file and line say where
         raise ReportError(str(err)) from err
-    timing_path = path.with_name(f"{path.stem}{TIME_SUFFIX}")
+    timing_path = timing_path_for(path)
     timing = (timings or {}).get(timing_path.stem)
     if timing is None and timing_path.is_file():
         timing = _read_json(timing_path)
