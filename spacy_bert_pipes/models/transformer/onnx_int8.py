@@ -74,7 +74,7 @@ class Int8Module(torch.nn.Module):
                 "pip install onnxruntime onnx (or use 'fp32' or 'bf16')"
             )
         fp32_graph, names = export_fp32(module)
-        return cls(_quantize(fp32_graph), names)
+        return cls(quantize(fp32_graph), names)
 
     def session(self) -> Any:
         """The ONNX Runtime session for torch's current intra-op thread count."""
@@ -182,9 +182,10 @@ def down_projections(graph: bytes) -> List[str]:
     ]
 
 
-def _quantize(graph: bytes) -> bytes:
+def quantize(graph: bytes, keep_down_projections: bool = True) -> bytes:
     """Dynamic int8 quantization of a graph's weighted matrix products, but for
-    the down projections (`down_projections`), which stay fp32.
+    the down projections (`down_projections`), which stay fp32 unless
+    `keep_down_projections` is false.
 
     Weights are signed int8 with a scale per output channel (per-tensor scales
     lost accuracy on the heads, as with torch's own dynamic quantization);
@@ -211,7 +212,7 @@ def _quantize(graph: bytes) -> bytes:
                 per_channel=True,
                 weight_type=QuantType.QInt8,
                 op_types_to_quantize=["MatMul", "Gemm"],
-                nodes_to_exclude=down_projections(graph),
+                nodes_to_exclude=down_projections(graph) if keep_down_projections else [],
                 extra_options={"MatMulConstBOnly": True},
             )
         quantized = onnx.load(target)
