@@ -47,7 +47,9 @@ def cpu_kind() -> str:
     return "avx512" if "avx512f" in flags else "avx2"
 
 
-def runs(precisions: List[str]) -> List[Tuple[str, str]]:
+def runs(
+    precisions: List[str], ours: str = "ours-textcat-ner", trf: bool = True
+) -> List[Tuple[str, str]]:
     """(system, precision) pairs of one round, in order. Ours at the precision
     "auto" resolves to here is ours at "default" (as saved: "auto"), run once."""
     import torch
@@ -56,8 +58,8 @@ def runs(precisions: List[str]) -> List[Tuple[str, str]]:
 
     auto = resolve_precision("auto", torch.device("cpu"), predicting=True)
     pairs = [("bare", p) for p in precisions]
-    pairs += [("ours-textcat-ner", p) for p in precisions if p != auto]
-    pairs += [("ours-textcat-ner", "default"), ("trf-textcat-ner", "default")]
+    pairs += [(ours, p) for p in precisions if p != auto]
+    pairs += [(ours, "default")] + ([("trf-textcat-ner", "default")] if trf else [])
     return pairs
 
 
@@ -92,6 +94,8 @@ def main(
         "fp32,bf16,int8", help="Precisions to measure (bf16 is skipped without fast bf16)"
     ),
     trained: Optional[Path] = typer.Option(None, help="bench/trained.py's folder"),
+    ours: str = typer.Option("ours-textcat-ner", help="Our system (a speed.py system)"),
+    trf: bool = typer.Option(True, help="Also run spacy-transformers (trf-textcat-ner)"),
     threads: int = typer.Option(2, help="torch threads of every system"),
     output: Optional[Path] = typer.Option(None, help="JSON results"),
 ) -> None:
@@ -105,10 +109,14 @@ def main(
         "workloads": {},
     }
     for workload in workloads.split(","):
+        texts = speed.load_texts(
+            workload, limit or speed.DEFAULT_LIMITS[workload], speed.DEFAULT_DATA
+        )
+        n_words = speed.count_words(texts)
         timings: Dict[str, List[float]] = {}
         details: Dict[str, Any] = {}
         for round_ in range(rounds):
-            for system, precision in runs(wanted):
+            for system, precision in runs(wanted, ours, trf):
                 s = speed.Settings(
                     workload=workload,
                     limit=limit or speed.DEFAULT_LIMITS[workload],
@@ -129,6 +137,7 @@ def main(
                 if "error" in result:
                     print(f"{workload} round {round_} {key}: {result['error']}", file=sys.stderr)
                     continue
+                result["words_per_second"] = n_words / result["seconds"]
                 timings.setdefault(key, []).append(result["words_per_second"])
                 details[key] = {
                     k: result.get(k) for k in ("words", "peak_rss_mb", "settings", "checks")
@@ -136,6 +145,8 @@ def main(
                 print(f"{workload} round {round_} {key}: {result['words_per_second']:,.0f} words/s")
         medians = {key: statistics.median(v) for key, v in timings.items()}
         results["workloads"][workload] = {
+            "texts": len(texts),
+            "words": n_words,
             "words_per_second_median": medians,
             "words_per_second_rounds": timings,
             "details": details,
