@@ -13,8 +13,8 @@ a user would have, then runs only the documented commands, as subprocesses:
     bert-pipes calibrate          model-last, on the in-scope dev docs
     bert-pipes threshold          its default rule (a coverage of 0.97)
     bert-pipes evaluate           on test, with per-doc predictions
-    bert-pipes annotate           the test CSV, --keep-columns text (timed by
-                                  scripts/timed.py, as docs/explain-and-report.md says)
+    bert-pipes annotate           the test CSV, --keep-columns text (it writes
+                                  its own test_time.json for the report)
     bert-pipes report             the metrics and the annotated collection
 
 Data (../shared/datasets/clinc150/data_full.json):
@@ -245,8 +245,7 @@ def run_chain(out: Path, seed: int, epochs: int, max_steps: Optional[int]) -> Di
         timings, "evaluate",
     )  # fmt: skip
     run(
-        [sys.executable, "scripts/timed.py", str(annotations / "test_time.json"), "--",
-         bert_pipes, "annotate", str(routed), str(data / "test.csv"),
+        [bert_pipes, "annotate", str(routed), str(data / "test.csv"),
          str(annotations / "test.jsonl"), "--id-column", "ticket_id", "--keep-columns", "text"],
         timings, "annotate",
     )  # fmt: skip
