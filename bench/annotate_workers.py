@@ -42,7 +42,9 @@ def main(
     workload: str = typer.Option("news", help="news or short"),
     repeat: int = typer.Option(5, help="Times the workload's texts are repeated"),
     limit: int = typer.Option(0, help="The workload's first N texts (0: all)"),
-    workers: str = typer.Option("1,2,4,8", help="Comma-separated numbers of workers"),
+    workers: str = typer.Option(
+        "1,2,4,8", help="Comma-separated numbers of workers (or auto)"
+    ),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="The GPU, or -1 for the CPU"),
     batch_size: int = typer.Option(256, help="--batch-size of annotate"),
     chunk_size: int = typer.Option(1000, help="--chunk-size of annotate"),
@@ -88,7 +90,8 @@ def main(
         }
         output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
 
-    for n in [int(w) for w in workers.split(",")]:
+    for text in [w.strip() for w in workers.split(",") if w.strip()]:
+        n: Any = int(text) if text.isdigit() else text  # "auto": the engine decides
         out = work / f"out_{workload}_{n}.jsonl"
         command = [
             sys.executable, "-m", "spacy_bert_pipes", "annotate", pipeline, str(input_path),

@@ -993,6 +993,9 @@ def main(
         help="bench/trained.py's folder of trained pipelines (default: $BERT_PIPES_TRAINED "
         "or /work/trained; trained first when not READY)",
     ),
+    train: bool = typer.Option(
+        True, help="Train the pipelines when TRAINED is not READY (--no-train: fail instead)"
+    ),
     threads: int = typer.Option(2, help="torch.set_num_threads (0: torch's default)"),
     max_batch_tokens: int = typer.Option(4096, help="Padded wordpieces per batch (ours, bare)"),
     batch_size: int = typer.Option(128, help="Texts per nlp.pipe batch (ours, bare, trf)"),
@@ -1041,7 +1044,10 @@ def main(
     if unknown:
         raise typer.BadParameter(f"Unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
     if any(name in trained_module().PIPELINES for name in chosen):
-        s.trained = str(trained_module().ensure(trained))
+        folder = trained or trained_module().default_out()
+        if not train and not trained_module().is_ready(folder):
+            raise typer.BadParameter(f"{folder} is not READY (bench/trained.py) and --no-train")
+        s.trained = str(trained_module().ensure(folder))
         scores = json.loads((Path(s.trained) / "trained.json").read_text(encoding="utf8"))
     else:
         scores = {}

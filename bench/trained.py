@@ -168,6 +168,7 @@ def build(
     ner_steps: int = 600,
     precisions: str = "fp32,bf16",
     data: Path = DEFAULT_DATA,
+    corpus_only: bool = False,
 ) -> Dict[str, Any]:
     """Convert, train, assemble and evaluate; see the module docstring."""
     out.mkdir(parents=True, exist_ok=True)
@@ -196,6 +197,8 @@ def build(
         if not dev.exists():
             run([*sample, str(corpus / name / f"{source}.spacy"), str(dev), "300"], log)
     record["seconds_convert"] = round(time.perf_counter() - start, 1)
+    if corpus_only:
+        return record
     for kind, steps, name in (
         ("textcat", textcat_steps, "banking77"),
         ("ner", ner_steps, "conll2003"),
@@ -273,7 +276,12 @@ def main(
     precisions: str = typer.Option("fp32,bf16", help="Precisions to evaluate the tests at"),
     data: Path = typer.Option(DEFAULT_DATA, help="The datasets folder"),
     force: bool = typer.Option(False, help="Train again even if OUT/READY exists"),
+    corpus_only: bool = typer.Option(False, help="Only convert the corpus (OUT/corpus)"),
 ) -> None:
+    if corpus_only:
+        build(out, data=data, corpus_only=True)
+        typer.echo(f"Wrote {out / 'corpus'}")
+        return
     if is_ready(out) and not force:
         typer.echo(f"{out} is READY (use --force to train again)")
         return
