@@ -24,6 +24,7 @@ import copy
 import io
 import os
 import tempfile
+import logging
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -182,6 +183,13 @@ def down_projections(graph: bytes) -> List[str]:
     ]
 
 
+def _drop_preprocessing_advice(record: logging.LogRecord) -> bool:
+    """ONNX Runtime's quantizer advises its shape pre-processing on the root logger
+    at every call; the graph here is small and exported with its shapes, so the
+    advice is noise on every int8 load. Every other record passes."""
+    return not record.getMessage().startswith("Please consider to run pre-processing")
+
+
 def quantize(graph: bytes, keep_down_projections: bool = True) -> bytes:
     """Dynamic int8 quantization of a graph's weighted matrix products, but for
     the down projections (`down_projections`), which stay fp32 unless
@@ -204,16 +212,21 @@ def quantize(graph: bytes, keep_down_projections: bool = True) -> bytes:
         target = os.path.join(folder, "int8.onnx")
         with open(source, "wb") as f:
             f.write(graph)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic(
-                source,
-                target,
-                per_channel=True,
-                weight_type=QuantType.QInt8,
-                op_types_to_quantize=["MatMul", "Gemm"],
-                nodes_to_exclude=down_projections(graph) if keep_down_projections else [],
-                extra_options={"MatMulConstBOnly": True},
-            )
+        root = logging.getLogger()
+        root.addFilter(_drop_preprocessing_advice)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                quantize_dynamic(
+                    source,
+                    target,
+                    per_channel=True,
+                    weight_type=QuantType.QInt8,
+                    op_types_to_quantize=["MatMul", "Gemm"],
+                    nodes_to_exclude=down_projections(graph) if keep_down_projections else [],
+                    extra_options={"MatMulConstBOnly": True},
+                )
+        finally:
+            root.removeFilter(_drop_preprocessing_advice)
         quantized = onnx.load(target)
     return quantized.SerializeToString()

@@ -182,3 +182,18 @@ def test_the_feed_forward_down_projections_stay_fp32(tiny_bert):
     # int8 per layer: query, key, value, attention output, intermediate
     integer = [n for n in quantized.graph.node if n.op_type == "MatMulInteger"]
     assert len(integer) == 2 * 5
+
+
+def test_quantizing_keeps_the_log_quiet_and_other_records_pass(tiny_bert, caplog):
+    """ONNX Runtime's advice to pre-process the graph is dropped at every build;
+    a record logged meanwhile by anything else still reaches the log."""
+    import logging
+
+    fp32_graph, _ = onnx_int8.export_fp32(module(tiny_bert))
+    with caplog.at_level(logging.WARNING):
+        onnx_int8.quantize(fp32_graph)
+        logging.warning("a warning of the user's own")
+    messages = [record.getMessage() for record in caplog.records]
+    assert not any("pre-processing" in message for message in messages)
+    assert "a warning of the user's own" in messages
+    assert onnx_int8._drop_preprocessing_advice not in logging.getLogger().filters
