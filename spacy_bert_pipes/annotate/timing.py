@@ -11,6 +11,8 @@ wall time and docs/s:
      "resumed_chunks", "resumed_rows": chunks (and their input rows) committed
          by an earlier, unfinished run: neither timed nor counted in "docs",
      "covers": what "seconds" and "docs" cover, in words,
+     "settings": the options that set the speed (workers, batch_size,
+         chunk_size, n_process, gpu_id, precision, reproducible, vectors),
      "machine", "processor", "python": where it ran}
 """
 
@@ -20,6 +22,18 @@ from typing import Any, Dict
 
 from ..io import durable
 from .types import AnnotateRun
+
+# The options that set a run's speed, recorded beside its wall time.
+TIMED_SETTINGS = (
+    "workers",
+    "batch_size",
+    "chunk_size",
+    "n_process",
+    "gpu_id",
+    "precision",
+    "reproducible",
+    "vectors",
+)
 
 
 def timing_record(
@@ -62,6 +76,7 @@ def timing_record(
         "resumed_chunks": resumed,
         "resumed_rows": resumed_rows,
         "covers": covers,
+        "settings": {name: getattr(run.options, name) for name in TIMED_SETTINGS},
         "machine": platform.machine(),
         "processor": platform.processor(),
         "python": platform.python_version(),

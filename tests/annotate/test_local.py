@@ -326,6 +326,8 @@ def test_resume_after_an_interruption(pipeline: str, nlp: Language, tmp_path: Pa
     assert (whole["resumed_chunks"], whole["resumed_rows"]) == (0, 0)
     assert whole["covers"] == "the whole run: 4 chunks, 10 rows (9 annotated, 1 error rows)"
     assert whole["command"].endswith(f" {input_path} {expected}")
+    assert whole["settings"]["chunk_size"] == options.chunk_size
+    assert whole["settings"]["workers"] == options.workers
     resumed = json.loads((tmp_path / "out_time.json").read_text(encoding="utf8"))
     assert summary.timing_path == tmp_path / "out_time.json"
     assert resumed["seconds"] == round(summary.seconds, 3) and summary.seconds > 0
