@@ -42,9 +42,7 @@ def main(
     workload: str = typer.Option("news", help="news or short"),
     repeat: int = typer.Option(5, help="Times the workload's texts are repeated"),
     limit: int = typer.Option(0, help="The workload's first N texts (0: all)"),
-    workers: str = typer.Option(
-        "1,2,4,8", help="Comma-separated numbers of workers (or auto)"
-    ),
+    workers: str = typer.Option("1,2,4,8", help="Comma-separated numbers of workers (or auto)"),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="The GPU, or -1 for the CPU"),
     batch_size: int = typer.Option(256, help="--batch-size of annotate"),
     chunk_size: int = typer.Option(1000, help="--chunk-size of annotate"),

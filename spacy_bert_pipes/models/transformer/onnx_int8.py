@@ -22,9 +22,9 @@ disk. Training never runs here: the fp32 module stays what trains and is saved.
 
 import copy
 import io
+import logging
 import os
 import tempfile
-import logging
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
