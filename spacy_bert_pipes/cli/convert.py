@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import spacy
+import srsly
 import typer
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -13,6 +14,7 @@ from spacy.tokens import Doc
 from ..convert import (
     CLINC150_SPLITS,
     NerFileFormat,
+    build_banking77_oos,
     nluplusplus_labels,
     read_clinc150,
     read_labels_file,
@@ -24,6 +26,7 @@ from ..convert import (
     rows_to_docs,
     write_docbin,
 )
+from ..convert.banking77_oos import DEFAULT_VAL_PER_INTENT, ID_OOS_INTENTS_FILE, SPLITS
 from ..io.errors import ConversionError
 from .common import app, fail, lang_option
 
@@ -199,6 +202,88 @@ def convert_clinc150_cli(
             _report(n_docs, len(labels), output_dir / f"{split}.spacy", n_oos)
     except ConversionError as err:
         fail(str(err))
+
+
+@convert_app.command("banking77-oos")
+def convert_banking77_oos_cli(
+    banking77_dir: Path = typer.Argument(
+        ...,
+        help="Banking77's folder: train.csv, test.csv (columns text, category), categories.json",
+        metavar="BANKING77_DIR",
+        exists=True,
+        file_okay=False,
+    ),
+    clinc150_path: Path = typer.Argument(
+        ...,
+        help="CLINC150's data_full.json (its out-of-scope queries are the OOD-OOS ones)",
+        metavar="CLINC150_JSON",
+        exists=True,
+        dir_okay=False,
+    ),
+    output_dir: Path = typer.Argument(
+        ...,
+        help="The folder to write train, val, test_id, test_ood and test .spacy files "
+        "and banking77_oos.json to",
+        metavar="OUTPUT_DIR",
+        file_okay=False,
+    ),
+    id_oos_intents: Optional[Path] = typer.Option(
+        None,
+        "--id-oos-intents",
+        help=f"The held-out intents, one a line (default: BANKING77_DIR/{ID_OOS_INTENTS_FILE})",
+        exists=True,
+        dir_okay=False,
+    ),
+    val_per_intent: int = typer.Option(
+        DEFAULT_VAL_PER_INTENT,
+        "--val-per-intent",
+        min=1,
+        help="Training queries of each intent (in scope and held out) drawn into val",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seeds the val sample"),
+    lang: str = lang_option(),
+) -> None:
+    """Rebuild BANKING77-OOS (Zhang et al., NLP4ConvAI 2022) for intent
+    routing with in-domain and out-of-domain out-of-scope queries.
+
+    The intents named in the --id-oos-intents file are held out: their queries
+    are in-domain out-of-scope (ID-OOS); the others are in scope, and the
+    labels. CLINC150's out-of-scope queries are out-of-domain (OOD-OOS). train
+    holds the in-scope training queries less val; val holds --val-per-intent
+    training queries of every intent and oos_val; test_id the in-scope and
+    ID-OOS test queries, test_ood the in-scope ones and oos_test, test all
+    three. Out-of-scope docs have no positive label, as `convert clinc150`
+    writes them; banking77_oos.json records the counts, the intents, the seed
+    and the sources' sha256.
+    """
+    nlp = _blank(lang)
+    try:
+        corpus = build_banking77_oos(
+            banking77_dir,
+            clinc150_path,
+            id_oos_intents=id_oos_intents,
+            val_per_intent=val_per_intent,
+            seed=seed,
+        )
+        for split in SPLITS:
+            rows = corpus.rows(split)
+            path = output_dir / f"{split}.spacy"
+            docs = rows_to_docs(nlp, rows, corpus.labels, exclusive=True, unlabelled=True)
+            n_docs = write_docbin(docs, path)
+            _report(n_docs, len(corpus.labels), path, sum(1 for row in rows if not row.labels))
+            counts = corpus.counts()[split]
+            typer.echo(
+                f"  {counts['in_scope']} in scope, {counts['id_oos']} ID-OOS, "
+                f"{counts['ood_oos']} OOD-OOS"
+            )
+        manifest = corpus.manifest()
+    except ConversionError as err:
+        fail(str(err))
+    srsly.write_json(output_dir / "banking77_oos.json", manifest)
+    typer.echo(
+        f"{len(corpus.labels)} intents in scope, {len(corpus.id_oos_intents)} held out "
+        f"(seed {seed}); wrote {output_dir / 'banking77_oos.json'}"
+    )
 
 
 @convert_app.command("ner")

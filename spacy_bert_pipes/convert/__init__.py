@@ -14,6 +14,7 @@ token or entity is ever dropped or guessed at silently.
 
 fields.py      the helpers every reader shares (text and JSON files, JSON fields)
 textcat.py     TextcatRow, read_textcat_rows, read_nluplusplus, read_clinc150, rows_to_docs ...
+banking77_oos.py  build_banking77_oos: BANKING77-OOS rebuilt from Banking77 and CLINC150
 ner.py         read_ner_docs, read_conll_ner, read_entity_jsonl, read_spacy_json
 qa.py          read_squad, read_restaurant8k
 docbin.py      write_docbin
@@ -21,6 +22,7 @@ steps.py       training_steps: epochs of a converted corpus as spacy train's ste
 """
 
 from ..io.errors import ConversionError
+from .banking77_oos import Banking77OOS, build_banking77_oos, read_intent_list
 from .docbin import write_docbin
 from .ner import (
     AUTO_SPANS_FIELDS,
@@ -58,15 +60,18 @@ __all__ = [
     "NLUPLUSPLUS_DOMAINS",
     "RESTAURANT8K_QUESTIONS",
     "RESTAURANT8K_SLOTS",
+    "Banking77OOS",
     "ConversionError",
     "NerFileFormat",
     "TextcatRow",
     "TrainingSteps",
+    "build_banking77_oos",
     "count_docs",
     "nluplusplus_labels",
     "read_clinc150",
     "read_conll_ner",
     "read_entity_jsonl",
+    "read_intent_list",
     "read_labels_file",
     "read_ner_docs",
     "read_nluplusplus",
