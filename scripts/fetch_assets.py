@@ -2,7 +2,8 @@
 
 For each asset declared in project.yml: keep it if it is already there with the
 right sha256; else copy it from the shared datasets folder (offline machines
-have one at ../shared/datasets); else download it from its upstream URL.
+have one at ../shared/datasets); else download it from its upstream URL (an
+asset without one is only in the shared folder).
 A checksum mismatch is an error naming the file.
 
     python scripts/fetch_assets.py [--shared ../shared/datasets] [--only banking77]
@@ -45,6 +46,8 @@ def main(
         if local.exists():
             shutil.copyfile(local, dest)
             how = f"copied from {local}"
+        elif "url" not in asset:  # no upstream file of its own (id_oos_intents.txt)
+            raise SystemExit(f"{dest}: no upstream URL in {project}; copy it from {local}")
         else:
             typer.echo(f"fetch   {asset['url']}")
             with urllib.request.urlopen(asset["url"], timeout=60) as response:

@@ -371,3 +371,71 @@ def test_route_takes_clinc150_from_assets_to_its_report() -> None:
     assert "corpus/clinc150/val.spacy" in threshold
     assert "corpus/clinc150/test.spacy" in command(config, "evaluate-route")["script"][0]
     assert "assets/clinc150/data_full.json" in command(config, "assets")["outputs"]
+
+
+def test_route_banking_takes_banking77_oos_from_assets_to_its_report() -> None:
+    from spacy.util import load_config
+
+    from spacy_bert_pipes.convert import training_steps
+
+    config = project()
+    steps = config["workflows"]["route-banking"]
+    assert steps == [
+        "assets",
+        "convert-banking77-oos",
+        "train-route-banking",
+        "calibrate-route-banking",
+        "threshold-route-banking",
+        "evaluate-route-banking",
+        "report-route-banking",
+    ]
+    # each step reads what the one before wrote, and names every file it reads or writes
+    for before, after in zip(steps[1:], steps[2:]):
+        assert set(command(config, before)["outputs"]) & set(command(config, after)["deps"]), after
+    for name in steps[1:]:
+        cmd = command(config, name)
+        declared = set(cmd["deps"]) | set(cmd["outputs"])
+        for line in cmd["script"]:
+            for word in line.replace("'", " ").split():
+                if word.startswith(("assets/", "corpus/", "metrics/", "training/", "configs/")):
+                    assert word in declared or any(d.startswith(word + "/") for d in declared), (
+                        name,
+                        word,
+                    )
+    # the held-out intents are an asset, as the data they select
+    assets = {asset["dest"]: asset for asset in config["assets"]}
+    held_out = assets["assets/banking77/id_oos_intents.txt"]
+    assert held_out["shared"] == "banking77/id_oos_intents.txt" and len(held_out["sha256"]) == 64
+    assert held_out["dest"] in command(config, "assets")["outputs"]
+    convert = command(config, "convert-banking77-oos")["script"][0]
+    assert "--id-oos-intents assets/banking77/id_oos_intents.txt" in convert
+    for var in ("route_banking_val_per_intent", "route_banking_val_seed"):
+        assert "${vars." + var + "}" in convert and var in config["vars"]
+    # 4 epochs of the 5,911 training queries (tests/convert/test_banking77_oos.py)
+    # in batches of route.cfg's size, by the rule of `bert-pipes train-steps`
+    batch = load_config(ROOT / "configs" / "route.cfg")["training"]["batcher"]["size"]
+    rule = training_steps(5911, epochs=4, batch_size=batch)
+    vars_ = config["vars"]
+    assert vars_["route_banking_steps"] == rule.max_steps
+    assert vars_["route_banking_eval_frequency"] == rule.eval_frequency
+    assert vars_["route_banking_warmup"] == rule.warmup_steps
+    # calibrate sees in-scope queries only: val's out-of-scope ones have no
+    # positive label, and calibrate leaves such docs out
+    calibrate = command(config, "calibrate-route-banking")["script"][0]
+    assert "--train corpus/banking77_oos/train.spacy --dev corpus/banking77_oos/val.spacy" in (
+        calibrate
+    )
+    threshold = command(config, "threshold-route-banking")["script"][0]
+    assert "--key ${vars.route_key}" in threshold
+    assert "corpus/banking77_oos/val.spacy" in threshold
+    evaluate = command(config, "evaluate-route-banking")["script"]
+    report = command(config, "report-route-banking")
+    for line, test in zip(evaluate, ("id", "ood")):
+        assert f"corpus/banking77_oos/test_{test}.spacy" in line
+        for output in (
+            f"metrics/route_banking_{test}.json",
+            f"metrics/route_banking_{test}_predictions.jsonl",
+        ):
+            assert output in line and output in report["deps"] and output in report["script"][0]
+    assert len(evaluate) == 2
+    assert all(out.startswith("reports/route-banking/") for out in report["outputs"])
