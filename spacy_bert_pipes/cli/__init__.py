@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     assemble,
     calibrate,
     convert,
+    discover,
     distill,
     evaluate,
     explain,

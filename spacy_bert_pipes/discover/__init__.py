@@ -1,0 +1,56 @@
+"""New intents among the docs a router did not route: `bert-pipes discover`.
+
+From a `bert-pipes annotate` OUTPUT with its `route` column, the docs sent
+`out_of_scope` (and `ambiguous`, when asked) are clustered on their vectors,
+as many clusters as the data holds with scattered docs left out, and each
+cluster is described for a person to review: its size, the words that set it
+apart, a suggested name, the nearest known label and a few representative
+docs. The review, with its actions filled in, gives `bert-pipes add-label
+--review` the new labels and their examples.
+
+The package: `pool` reads the OUTPUT, `cluster` clusters unit vectors,
+`describe` names and places a cluster, `labels` gives the known labels as
+vectors, `run` puts them together (`discover`), `review` writes the files and
+reads the review back, `picture` draws the clusters among the labels.
+"""
+
+from .cluster import NOISE, density_clusters, kmeans_clusters, knn_graph
+from .describe import NEAR_COSINE, keywords, representatives, suggested_name
+from .labels import LabelSpace
+from .pool import Pool, read_pool
+from .review import (
+    ASSIGNMENTS,
+    PICTURE,
+    REVIEW,
+    SUMMARY,
+    ReviewRow,
+    read_review,
+    review_examples,
+    write_discovery,
+)
+from .run import Cluster, Discovery, discover
+
+__all__ = [
+    "ASSIGNMENTS",
+    "Cluster",
+    "Discovery",
+    "LabelSpace",
+    "NEAR_COSINE",
+    "NOISE",
+    "PICTURE",
+    "Pool",
+    "REVIEW",
+    "ReviewRow",
+    "SUMMARY",
+    "density_clusters",
+    "discover",
+    "keywords",
+    "kmeans_clusters",
+    "knn_graph",
+    "read_pool",
+    "read_review",
+    "representatives",
+    "review_examples",
+    "suggested_name",
+    "write_discovery",
+]

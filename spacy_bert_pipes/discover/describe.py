@@ -1,0 +1,131 @@
+"""What a cluster is: the words that set it apart from the rest of the pool
+(`keywords`, `suggested_name`), the docs that show it (`representatives`) and
+the known label it is nearest (`nearest_labels`, `verdict`).
+"""
+
+import math
+import re
+from collections import Counter
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy
+
+from .cluster import NOISE
+
+# Words: runs of letters, with inner apostrophes ("don't"); digits are not words.
+WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
+# A cluster whose centroid has at least this cosine with a known label's vector
+# is "near <label>", below it "new intent". Not measured yet: a first guess for
+# mean-pooled sentence vectors, where paraphrases of one intent sit above 0.7.
+NEAR_COSINE = 0.7
+# Representatives: none closer than this cosine to one chosen before.
+DUPLICATE_COSINE = 0.95
+
+
+def doc_words(text: str) -> Set[str]:
+    """The lowercase words of a text, without spaCy's English stop words and
+    one-letter words."""
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    words = (word.replace("’", "'") for word in WORD.findall(text.lower()))
+    return {word for word in words if len(word) > 1 and word not in STOP_WORDS}
+
+
+def keywords(
+    texts: Sequence[str], clusters: numpy.ndarray, n_keywords: int = 5
+) -> Dict[int, List[str]]:
+    """Each cluster's words, the most distinctive first, by class-based TF-IDF
+    (BERTopic's c-TF-IDF) over the docs of the pool, noise included:
+    tf = the share of the cluster's docs that have the word; idf = log(1 + the
+    pool's docs per class / the pool's docs that have the word). A word must
+    be in two of the cluster's docs (one in a cluster of fewer than four).
+
+    texts (Sequence[str]): The pool's texts.
+    clusters (numpy.ndarray): Each text's cluster, -1 for noise. (n,)
+    RETURNS (Dict[int, List[str]]): cluster -> up to n_keywords words; ties in
+        alphabetical order.
+    """
+    per_doc = [doc_words(text) for text in texts]
+    pool: Counter = Counter()
+    for words in per_doc:
+        pool.update(words)
+    by_cluster: Dict[int, Counter] = {}
+    sizes: Counter = Counter()
+    for words, cluster in zip(per_doc, clusters.tolist()):
+        sizes[cluster] += 1
+        if cluster != NOISE:
+            by_cluster.setdefault(cluster, Counter()).update(words)
+    per_class = len(texts) / max(len(sizes), 1)
+    out: Dict[int, List[str]] = {}
+    for cluster in sorted(sizes):
+        if cluster == NOISE:
+            continue
+        counts = by_cluster.get(cluster, Counter())
+        least = 2 if sizes[cluster] >= 4 else 1
+        scored = [
+            (-(n / sizes[cluster]) * math.log(1.0 + per_class / pool[word]), word)
+            for word, n in counts.items()
+            if n >= least
+        ]
+        out[cluster] = [word for _, word in sorted(scored)[:n_keywords]]
+    return out
+
+
+def suggested_name(words: Sequence[str], cluster: int, n_words: int = 3) -> str:
+    """A label name from a cluster's keywords ("card_arrive_still"), or
+    "cluster_<n>" for a cluster without any."""
+    return "_".join(words[:n_words]) or f"cluster_{cluster}"
+
+
+def centroid(unit: numpy.ndarray) -> numpy.ndarray:
+    """The unit mean of unit rows (zeros for none). (width,)"""
+    if len(unit) == 0:
+        return numpy.zeros(unit.shape[1], dtype="float32")
+    mean = unit.mean(axis=0)
+    return (mean / max(float(numpy.linalg.norm(mean)), 1e-12)).astype("float32")
+
+
+def representatives(unit: numpy.ndarray, center: numpy.ndarray, n: int = 8) -> List[int]:
+    """Up to n members closest to the centroid, none a near-duplicate (cosine
+    >= DUPLICATE_COSINE) of one chosen before; if that leaves fewer than n,
+    the skipped ones fill in, closest first.
+
+    unit (numpy.ndarray): The members' unit vectors. (n_members, width)
+    RETURNS (List[int]): Positions in `unit`, the closest first.
+    """
+    cosines = unit @ center  # (n_members,)
+    order = numpy.lexsort((numpy.arange(len(unit)), -cosines))[: 10 * n]
+    chosen: List[int] = []
+    skipped: List[int] = []
+    for member in order.tolist():
+        if len(chosen) == n:
+            break
+        if chosen and float((unit[chosen] @ unit[member]).max()) >= DUPLICATE_COSINE:
+            skipped.append(member)
+        else:
+            chosen.append(member)
+    return chosen + skipped[: n - len(chosen)]
+
+
+def nearest_labels(
+    centers: numpy.ndarray, labels: Sequence[str], label_vectors: numpy.ndarray
+) -> List[Tuple[Optional[str], Optional[float]]]:
+    """Each cluster's nearest known label and their cosine ((None, None) when
+    there are no labels).
+
+    centers (numpy.ndarray): The clusters' unit vectors. (n_clusters, width)
+    label_vectors (numpy.ndarray): The labels' unit vectors, in the same
+        space. (n_labels, width)
+    """
+    if len(labels) == 0:
+        return [(None, None)] * len(centers)
+    cosines = centers @ label_vectors.T  # (n_clusters, n_labels)
+    best = cosines.argmax(axis=1)
+    return [(labels[j], float(cosines[i, j])) for i, j in enumerate(best.tolist())]
+
+
+def verdict(label: Optional[str], cosine: Optional[float], near: float = NEAR_COSINE) -> str:
+    """ "near <label>" when the cosine reaches `near`, else "new intent"."""
+    if label is not None and cosine is not None and cosine >= near:
+        return f"near {label}"
+    return "new intent"

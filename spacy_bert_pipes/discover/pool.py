@@ -1,0 +1,162 @@
+"""The pool of `bert-pipes discover`: the rows of a `bert-pipes annotate` OUTPUT
+with their routing decisions, texts and vectors, read with the package's
+readers (`io.output_readers` for the rows, `similar.read_vectors` for the
+`vector` column), each problem a `ConversionError` naming the file and row.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
+
+import numpy
+
+from ..io.errors import ConversionError
+from ..io.output_readers import output_id_column, read_output_rows
+from ..progress import progress_bar
+from ..similar import embed_texts, has_vectors, read_vectors
+
+if TYPE_CHECKING:
+    from spacy.language import Language
+
+DECISIONS = ("routed", "out_of_scope", "ambiguous")
+# Texts per call of `embed_texts` (one step of the progress bar).
+EMBED_CHUNK = 256
+
+
+@dataclass
+class Pool:
+    """The rows of an annotate OUTPUT, in order.
+
+    path (str): Where they were read.
+    ids (List[str]): Each row's id.
+    locations (List[str]): Each row's place ("file:line" or "file:row n").
+    decisions (List[str]): Each row's `route.decision`.
+    labels (List[Optional[str]]): Each row's `route.label` (None: not routed).
+    empty (List[bool]): Whether the row's text is empty or whitespace only.
+    texts (List[Optional[str]]): Each row's text, where known.
+    vectors (Optional[numpy.ndarray]): Each row's vector, when the OUTPUT has
+        them (`annotate --vectors`). (n_rows, width)
+    """
+
+    path: str
+    ids: List[str]
+    locations: List[str]
+    decisions: List[str]
+    labels: List[Optional[str]]
+    empty: List[bool]
+    texts: List[Optional[str]]
+    vectors: Optional[numpy.ndarray] = None
+
+
+def read_pool(
+    annotations: Union[str, Path], *, text_column: str = "text", progress: bool = False
+) -> Pool:
+    """Read an annotate OUTPUT (.jsonl, .csv, .parquet or a folder of Parquet
+    shards) with its `route` column, its texts when it kept them
+    (`--keep-columns text`) and its vectors when it has them.
+
+    RAISES (ConversionError): A row without an id or a route, a decision that
+        is not one of DECISIONS, or a bad vector; the error names the row.
+    """
+    path = Path(annotations)
+    ids: List[str] = []
+    locations: List[str] = []
+    decisions: List[str] = []
+    labels: List[Optional[str]] = []
+    empty: List[bool] = []
+    texts: List[Optional[str]] = []
+    bar = progress_bar(None, 0, unit=" rows", desc=f"Reading {path.name}", disable=not progress)
+    with bar:
+        for where, row in read_output_rows(path):
+            if row["id"] is None:
+                raise ConversionError(where, "the row has no id")
+            route = row["route"]
+            if not isinstance(route, dict):
+                raise ConversionError(
+                    where,
+                    f"no route ({route!r}): discover reads the OUTPUT of a pipeline that "
+                    "routes (an exclusive bert_textcat, see docs/routing.md)",
+                )
+            decision = route.get("decision")
+            if decision not in DECISIONS:
+                raise ConversionError(
+                    where, f"route.decision is {decision!r}, not one of {', '.join(DECISIONS)}"
+                )
+            text = row.get(text_column)
+            text = text if isinstance(text, str) else None
+            is_empty = row["empty_text"]
+            if not isinstance(is_empty, bool):  # an OUTPUT written before the column
+                is_empty = text is not None and not text.strip()
+            ids.append(str(row["id"]))
+            locations.append(where)
+            decisions.append(str(decision))
+            label = route.get("label")
+            labels.append(str(label) if decision == "routed" and label is not None else None)
+            empty.append(is_empty)
+            texts.append(text)
+            bar.update(1)
+    if not ids:
+        raise ConversionError(str(path), "the file has no rows")
+    pool = Pool(str(path), ids, locations, decisions, labels, empty, texts)
+    if has_vectors(path):
+        collection = read_vectors(path, id_column=output_id_column(path), progress=progress)
+        for number, (got, want) in enumerate(zip(collection.ids, ids)):
+            if got != want:
+                raise ConversionError(
+                    locations[number], f"the vector's row has id {got!r}, the row {want!r}"
+                )
+        pool.vectors = collection.vectors
+    return pool
+
+
+def read_pool_texts(
+    pool: Pool,
+    rows: Sequence[int],
+    input_path: Union[str, Path],
+    *,
+    text_column: str = "text",
+    id_column: Optional[str] = None,
+) -> None:
+    """Fill in the texts of `rows` of the pool from the input it was annotated
+    from (any input of `bert-pipes annotate`), matched by id.
+
+    RAISES (ConversionError): A row whose id the input lacks, named by its
+        place in the pool's file.
+    """
+    from ..io.readers import read_input
+
+    wanted = {pool.ids[row] for row in rows}
+    found: Dict[str, str] = {}
+    for record in read_input(Path(input_path), text_column=text_column, id_column=id_column):
+        if record.id in wanted and record.text is not None:
+            found[record.id] = record.text
+    for row in rows:
+        if pool.ids[row] not in found:
+            raise ConversionError(
+                pool.locations[row],
+                f"id {pool.ids[row]!r} has no text in {input_path} (is it the input "
+                "these annotations were made from?)",
+            )
+        pool.texts[row] = found[pool.ids[row]]
+
+
+def missing_text(pool: Pool, rows: Sequence[int]) -> Optional[int]:
+    """The first of `rows` whose text the pool lacks, or None."""
+    return next((row for row in rows if pool.texts[row] is None), None)
+
+
+def embed_rows(nlp: "Language", texts: Sequence[str], *, progress: bool = False) -> numpy.ndarray:
+    """`doc.vector` of each text by the pipeline (`similar.embed_texts`: it
+    needs a bert_vectors component), with a progress bar. (n_texts, width)
+
+    RAISES (ValueError): The pipeline gives no contextual vectors.
+    """
+    parts: List[numpy.ndarray] = []
+    bar = progress_bar(len(texts), 0, unit=" docs", desc="Embedding", disable=not progress)
+    with bar:
+        for start in range(0, len(texts), EMBED_CHUNK):
+            parts.append(embed_texts(nlp, texts[start : start + EMBED_CHUNK]))
+            bar.update(len(parts[-1]))
+    if not parts:
+        return numpy.zeros((0, 0), dtype="float32")
+    return numpy.concatenate(parts).astype("float32")

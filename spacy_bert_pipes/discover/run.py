@@ -1,0 +1,326 @@
+"""`discover`: the docs a router did not route, clustered and described, from
+a `bert-pipes annotate` OUTPUT to the clusters a person reviews.
+
+1. `read_pool`: the OUTPUT's rows, routes, texts and vectors; the docs not
+   routed (`out_of_scope`, and `ambiguous` when asked) are the pool. Docs with
+   an empty text are counted and given cluster -1, never clustered.
+2. Their vectors: the OUTPUT's `vector` column, else `doc.vector` by the
+   pipeline (a `bert_vectors` component).
+3. `density_clusters` (as many as the data holds, scattered docs -1) or
+   `kmeans_clusters` (K given), on unit vectors.
+4. Per cluster: `keywords` and a `suggested_name`, `representatives`, and the
+   nearest known label (`labels.LabelSpace`) with a `verdict`.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+
+import numpy
+
+from ..io.errors import ConversionError
+from ..similar import unit_rows
+from .cluster import GRAPH_K, NOISE, density_clusters, kmeans_clusters
+from .describe import (
+    NEAR_COSINE,
+    centroid,
+    keywords,
+    nearest_labels,
+    representatives,
+    suggested_name,
+    verdict,
+)
+from .labels import (
+    PROTOTYPE_SAMPLE,
+    ROUTED_SAMPLE,
+    LabelSpace,
+    prototype_centers,
+    prototype_component,
+    prototype_space,
+    routed_space,
+)
+from .pool import Pool, embed_rows, missing_text, read_pool, read_pool_texts
+
+if TYPE_CHECKING:
+    from spacy.language import Language
+
+N_REPRESENTATIVES = 8
+
+
+@dataclass
+class Cluster:
+    """One cluster of the pool, as the review file shows it.
+
+    cluster (int): Its number: 0 is the largest.
+    size (int): Its docs.
+    name (str): A suggested label name, from its keywords.
+    keywords (List[str]): The words that set it apart, the most distinctive first.
+    nearest_label (Optional[str]): The known label nearest its centroid.
+    nearest_cosine (Optional[float]): Their cosine.
+    verdict (str): "new intent" or "near <label>".
+    representatives (List[Dict[str, str]]): {id, text} of docs near its
+        centroid, the nearest first, near-duplicates left out.
+    """
+
+    cluster: int
+    size: int
+    name: str
+    keywords: List[str]
+    nearest_label: Optional[str]
+    nearest_cosine: Optional[float]
+    verdict: str
+    representatives: List[Dict[str, str]]
+
+    def review_record(self) -> Dict[str, Any]:
+        """Its row of the review file, with an empty `action` for the reviewer."""
+        cosine = None if self.nearest_cosine is None else round(self.nearest_cosine, 4)
+        return {
+            "cluster": self.cluster,
+            "size": self.size,
+            "name": self.name,
+            "keywords": self.keywords,
+            "nearest_label": self.nearest_label,
+            "nearest_cosine": cosine,
+            "verdict": self.verdict,
+            "representatives": self.representatives,
+            "action": "",
+        }
+
+
+@dataclass
+class Discovery:
+    """What `discover` found.
+
+    clusters (List[Cluster]): The clusters, the largest first.
+    assignments (List[Dict[str, Any]]): Per doc of the pool, in the OUTPUT's
+        order: {id, decision, empty_text, cluster} (-1: noise or empty text).
+    summary (Dict[str, Any]): Counts and settings.
+    label_space (LabelSpace): The known labels the clusters were compared with.
+    centers (numpy.ndarray): The clusters' unit vectors in the labels' space,
+        in the order of `clusters`. (n_clusters, width)
+    """
+
+    clusters: List[Cluster]
+    assignments: List[Dict[str, Any]]
+    summary: Dict[str, Any]
+    label_space: LabelSpace
+    centers: numpy.ndarray = field(default_factory=lambda: numpy.zeros((0, 0), dtype="f"))
+
+
+def discover(
+    annotations: Union[str, Path],
+    *,
+    nlp: Optional["Language"] = None,
+    texts: Optional[Union[str, Path]] = None,
+    include_ambiguous: bool = False,
+    n_clusters: Optional[int] = None,
+    min_cluster_size: int = 5,
+    seed: int = 0,
+    near_cosine: float = NEAR_COSINE,
+    n_representatives: int = N_REPRESENTATIVES,
+    text_column: str = "text",
+    id_column: Optional[str] = None,
+    progress: bool = False,
+) -> Discovery:
+    """Cluster and describe the docs a router did not route.
+
+    annotations (Union[str, Path]): An OUTPUT of `bert-pipes annotate` by a
+        pipeline that routes (a `route` column): .jsonl, .csv, .parquet or a
+        folder of Parquet shards.
+    nlp (Optional[Language]): The pipeline: it embeds the docs when the OUTPUT
+        has no `vector` column, and its bert_textcat's label prototypes (if it
+        has them) are the known labels. None: the OUTPUT's vectors, and each
+        label's mean vector of the rows routed to it.
+    texts (Optional[Union[str, Path]]): The input the OUTPUT was annotated
+        from, for the texts it did not keep (matched by id).
+    include_ambiguous (bool): Pool the "ambiguous" docs with the "out_of_scope" ones.
+    n_clusters (Optional[int]): K clusters by k-means; None: as many as the
+        data holds (`density_clusters`).
+    min_cluster_size (int): The fewest docs of a cluster.
+    seed (int): The seed of k-means and of the docs sampled for the labels.
+    near_cosine (float): The cosine from which a cluster is "near" a label.
+    n_representatives (int): Representatives per cluster.
+    text_column, id_column: The columns of `texts` (as `bert-pipes annotate`).
+    progress (bool): Show progress bars.
+    RETURNS (Discovery): The clusters, each doc's cluster and a summary.
+    RAISES (ConversionError): A bad row, named; (ValueError): bad settings.
+    """
+    if min_cluster_size < 2:
+        raise ValueError(f"--min-cluster-size must be at least 2: {min_cluster_size}")
+    if n_representatives < 1:
+        raise ValueError(f"representatives per cluster must be at least 1: {n_representatives}")
+    pool = read_pool(annotations, text_column=text_column, progress=progress)
+    if pool.vectors is None and nlp is None:
+        raise ConversionError(
+            pool.path,
+            "no 'vector' column: give --pipeline (one with a bert_vectors component) to "
+            "compute the vectors, or annotate with --vectors",
+        )
+    component = prototype_component(nlp) if nlp is not None else None
+    wanted = ("out_of_scope", "ambiguous") if include_ambiguous else ("out_of_scope",)
+    pooled = [row for row, decision in enumerate(pool.decisions) if decision in wanted]
+    rows = [row for row in pooled if not pool.empty[row]]
+    rng = numpy.random.default_rng(seed)
+    routed_sample = _routed_sample(pool, rng) if component is None and pool.vectors is None else []
+    _fill_texts(pool, rows + routed_sample, texts, text_column, id_column)
+    row_texts = [str(pool.texts[row]) for row in rows]
+    unit = _unit_vectors(pool, rows, nlp, progress)
+    if len(rows) == 0:
+        assigned = numpy.zeros(0, dtype="int64")
+    elif n_clusters is not None:
+        assigned = kmeans_clusters(unit, n_clusters, min_cluster_size=min_cluster_size, seed=seed)
+    else:
+        assigned = density_clusters(unit, min_cluster_size=min_cluster_size, progress=progress)
+    assigned = _by_size(assigned)
+    n_found = int(assigned.max()) + 1 if len(assigned) else 0
+    members = [numpy.flatnonzero(assigned == c) for c in range(n_found)]
+    centers = [centroid(unit[m]) for m in members]
+    words = keywords(row_texts, assigned) if n_found else {}
+    if component is not None:
+        assert nlp is not None
+        space = prototype_space(nlp, component)
+        samples = [_sample(m, PROTOTYPE_SAMPLE, rng) for m in members]
+        label_centers = prototype_centers(
+            nlp, component, [[row_texts[i] for i in sample] for sample in samples]
+        )
+    else:
+        space = _routed_space(pool, routed_sample, nlp, progress)
+        label_centers = numpy.stack(centers) if centers else numpy.zeros((0, 0), dtype="f")
+    nearest = nearest_labels(label_centers, space.labels, space.vectors)
+    clusters = []
+    for c, (m, center, (label, cosine)) in enumerate(zip(members, centers, nearest)):
+        chosen = representatives(unit[m], center, n_representatives)
+        shown = [{"id": pool.ids[rows[m[i]]], "text": row_texts[m[i]]} for i in chosen]
+        clusters.append(
+            Cluster(
+                c,
+                len(m),
+                suggested_name(words.get(c, []), c),
+                words.get(c, []),
+                label,
+                cosine,
+                verdict(label, cosine, near_cosine),
+                shown,
+            )
+        )
+    cluster_of = dict(zip(rows, assigned.tolist()))
+    assignments = [
+        {
+            "id": pool.ids[row],
+            "decision": pool.decisions[row],
+            "empty_text": pool.empty[row],
+            "cluster": cluster_of.get(row, NOISE),
+        }
+        for row in pooled
+    ]
+    summary = {
+        "annotations": pool.path,
+        "rows": len(pool.ids),
+        "decisions": {d: pool.decisions.count(d) for d in ("routed", "out_of_scope", "ambiguous")},
+        "pooled": len(pooled),
+        "pooled_decisions": list(wanted),
+        "empty_text": len(pooled) - len(rows),
+        "clustered": int((assigned != NOISE).sum()),
+        "noise": int((assigned == NOISE).sum()),
+        "clusters": n_found,
+        "new_intents": sum(cluster.verdict == "new intent" for cluster in clusters),
+        "method": (
+            f"k-means, {n_clusters} clusters"
+            if n_clusters is not None
+            else f"HDBSCAN* over a {GRAPH_K}-nearest-neighbour graph"
+        ),
+        "min_cluster_size": min_cluster_size,
+        "seed": seed,
+        "vectors": "the vector column" if pool.vectors is not None else "computed by the pipeline",
+        "labels_from": space.source,
+        "near_cosine": near_cosine,
+    }
+    return Discovery(clusters, assignments, summary, space, label_centers)
+
+
+def _fill_texts(
+    pool: Pool,
+    rows: List[int],
+    texts: Optional[Union[str, Path]],
+    text_column: str,
+    id_column: Optional[str],
+) -> None:
+    """The texts of `rows` from `texts` where the OUTPUT did not keep them, or
+    an error naming the first row without one."""
+    lacking = [row for row in rows if pool.texts[row] is None]
+    if lacking and texts is not None:
+        read_pool_texts(pool, lacking, texts, text_column=text_column, id_column=id_column)
+    first = missing_text(pool, rows)
+    if first is not None:
+        raise ConversionError(
+            pool.locations[first],
+            f"no {text_column!r} column: give --texts INPUT (the input these annotations "
+            "were made from), or annotate with --keep-columns text",
+        )
+
+
+def _unit_vectors(
+    pool: Pool, rows: List[int], nlp: Optional["Language"], progress: bool
+) -> numpy.ndarray:
+    """The unit vectors of `rows`: the OUTPUT's, else by the pipeline."""
+    if pool.vectors is not None:
+        vectors = pool.vectors[rows]
+    else:
+        assert nlp is not None
+        vectors = embed_rows(nlp, [str(pool.texts[row]) for row in rows], progress=progress)
+        if len(rows) == 0:
+            return numpy.zeros((0, 1), dtype="float32")
+    zero = numpy.flatnonzero(~(numpy.abs(vectors) > 0).any(axis=1))
+    if len(zero):
+        raise ConversionError(
+            pool.locations[rows[int(zero[0])]],
+            "the vector is all zeros, but the text is not empty: the pipeline gives it no vector",
+        )
+    return unit_rows(vectors)
+
+
+def _routed_sample(pool: Pool, rng: numpy.random.Generator) -> List[int]:
+    """Up to ROUTED_SAMPLE rows routed to each label (not empty), in row order."""
+    by_label: Dict[str, List[int]] = {}
+    for row, label in enumerate(pool.labels):
+        if label is not None and not pool.empty[row]:
+            by_label.setdefault(label, []).append(row)
+    rows: List[int] = []
+    for label in sorted(by_label):
+        rows.extend(_sample(numpy.asarray(by_label[label]), ROUTED_SAMPLE, rng).tolist())
+    return sorted(rows)
+
+
+def _routed_space(
+    pool: Pool, sample: List[int], nlp: Optional["Language"], progress: bool
+) -> LabelSpace:
+    """Each label's mean vector of the rows routed to it: all of them from the
+    OUTPUT's vectors, else the sample's, embedded by the pipeline."""
+    if pool.vectors is not None:
+        rows = [r for r, label in enumerate(pool.labels) if label is not None and not pool.empty[r]]
+        unit = unit_rows(pool.vectors[rows])
+    else:
+        rows = sample
+        unit = _unit_vectors(pool, rows, nlp, progress)
+    return routed_space([pool.labels[row] for row in rows], unit)
+
+
+def _sample(rows: numpy.ndarray, n: int, rng: numpy.random.Generator) -> numpy.ndarray:
+    """Up to n of `rows`, chosen at random, in their order."""
+    if len(rows) <= n:
+        return rows
+    return numpy.sort(rng.choice(rows, size=n, replace=False))
+
+
+def _by_size(assigned: numpy.ndarray) -> numpy.ndarray:
+    """Clusters numbered by size, the largest 0 (ties: the one whose first doc
+    comes first); -1 stays."""
+    kept = assigned[assigned != NOISE]
+    if len(kept) == 0:
+        return assigned
+    numbers = numpy.unique(kept)
+    sizes = numpy.bincount(kept)[numbers]
+    firsts = numpy.asarray([numpy.argmax(assigned == c) for c in numbers])
+    order = numbers[numpy.lexsort((firsts, -sizes))]
+    remap = {int(old): new for new, old in enumerate(order.tolist())}
+    return numpy.asarray([remap.get(int(c), NOISE) for c in assigned.tolist()], dtype="int64")

@@ -1,0 +1,85 @@
+"""Clustering unit vectors: the number of clusters from the data, noise left out."""
+
+import sys
+
+import numpy
+import pytest
+
+from spacy_bert_pipes.discover import NOISE, density_clusters, kmeans_clusters, knn_graph
+from spacy_bert_pipes.discover.cluster import renumber
+
+
+def blobs(seed: int = 0, n_blobs: int = 6, per_blob: int = 40, n_noise: int = 60) -> tuple:
+    """Unit vectors: tight blobs around random directions, and scattered ones."""
+    rng = numpy.random.default_rng(seed)
+    width = 48
+    centers = rng.normal(size=(n_blobs, width))
+    parts = [c + 0.3 * rng.normal(size=(per_blob, width)) for c in centers]
+    parts.append(rng.normal(size=(n_noise, width)))
+    vectors = numpy.concatenate(parts)
+    truth = numpy.repeat(numpy.arange(n_blobs + 1), [per_blob] * n_blobs + [n_noise])
+    truth[truth == n_blobs] = NOISE
+    unit = (vectors / numpy.linalg.norm(vectors, axis=1, keepdims=True)).astype("f")
+    return unit, truth
+
+
+def test_finds_the_blobs_and_leaves_the_scattered_docs_out() -> None:
+    unit, truth = blobs()
+    labels = density_clusters(unit, min_cluster_size=5)
+    assert labels.max() + 1 == 6
+    for blob in range(6):  # each blob is one cluster, whole
+        assert len(set(labels[truth == blob].tolist())) == 1
+        assert labels[truth == blob][0] != NOISE
+    assert (labels[truth == NOISE] == NOISE).mean() > 0.8
+
+
+def test_deterministic_and_nearly_independent_of_the_row_order() -> None:
+    unit, _ = blobs(seed=1)
+    first = density_clusters(unit, min_cluster_size=5)
+    assert (density_clusters(unit, min_cluster_size=5) == first).all()
+    order = numpy.random.default_rng(0).permutation(len(unit))
+    again = density_clusters(unit[order], min_cluster_size=5)
+    back = numpy.empty_like(again)
+    back[order] = again
+    # ties between equal distances may put a border doc elsewhere, no more
+    assert (renumber(back) == first).mean() > 0.97
+
+
+def test_numpy_and_faiss_find_the_same_neighbours(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("faiss")
+    unit, _ = blobs(seed=2)
+    rows, cosines = knn_graph(unit, 7)
+    assert rows.shape == (len(unit), 7)
+    assert not (rows == numpy.arange(len(unit))[:, None]).any()  # never itself
+    assert (numpy.diff(cosines, axis=1) <= 1e-6).all()  # the most similar first
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss fails: numpy
+    rows_np, cosines_np = knn_graph(unit, 7)
+    assert (rows_np == rows).mean() > 0.99
+    numpy.testing.assert_allclose(cosines_np, cosines, atol=1e-5)
+
+
+def test_small_pools_duplicates_and_disconnected_groups() -> None:
+    assert (density_clusters(numpy.eye(3, dtype="f"), min_cluster_size=5) == NOISE).all()
+    # exact duplicates (distance 0) and two groups with no edge between them
+    a = numpy.tile(numpy.eye(4, dtype="f")[0], (20, 1))
+    b = numpy.tile(numpy.eye(4, dtype="f")[1], (20, 1))
+    labels = density_clusters(numpy.concatenate([a, b]), min_cluster_size=5)
+    assert labels.tolist() == [0] * 20 + [1] * 20
+    with pytest.raises(ValueError, match="at least 2"):
+        density_clusters(a, min_cluster_size=1)
+
+
+def test_kmeans_k_clusters_small_ones_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("sklearn")
+    unit, truth = blobs(seed=3, n_noise=0)
+    labels = kmeans_clusters(unit, 6, seed=0)
+    assert labels.max() + 1 == 6 and (labels != NOISE).all()
+    assert (kmeans_clusters(unit, 6, seed=0) == labels).all()
+    assert (labels[truth == 0] == labels[0]).all()  # a blob is a cluster
+    # the blobs have 40 docs each: a cluster needing 41 is noise
+    assert (kmeans_clusters(unit, 6, min_cluster_size=41, seed=0) == NOISE).all()
+    with pytest.raises(ValueError, match="7 clusters asked of 5 docs"):
+        kmeans_clusters(unit[:5], 7)
+    monkeypatch.setitem(sys.modules, "sklearn.cluster", None)
+    with pytest.raises(ImportError, match=r"spacy-bert-pipes\[discover\]"):
+        kmeans_clusters(unit, 6)
