@@ -1,5 +1,6 @@
 """`bert-pipes add-label PIPELINE OUTPUT`: new labels on a trained `bert_textcat`
-(with label prototypes) from their descriptions and a few examples, no training;
+(with label prototypes) from their descriptions and a few examples, or the
+clusters accepted in a review of `bert-pipes discover`, no training;
 `bert-pipes adapt PIPELINE TEXTS OUTPUT`: its prototypes adapted to unlabelled
 texts of the domain."""
 
@@ -10,6 +11,7 @@ from typing import Dict, List, Optional
 import srsly
 import typer
 
+from ..discover.review import review_examples
 from ..io import ConversionError, read_input
 from ..pipeline.label_prototypes import add_labels, read_label_descriptions
 from .common import app, fail, overwrite_option, refuse_to_overwrite, text_column_option
@@ -29,6 +31,14 @@ def add_label_cli(
     ),
     examples: Optional[Path] = typer.Option(
         None, "--examples", help="JSONL file of {'text': ..., 'label': ...} examples of new labels"
+    ),
+    review: Optional[Path] = typer.Option(
+        None,
+        "--review",
+        help="A review file of `bert-pipes discover`: each cluster whose action is accept "
+        "or rename:<label> becomes a label, its representatives the examples",
+        exists=True,
+        dir_okay=False,
     ),
     component: Optional[str] = typer.Option(
         None, "--component", help="The bert_textcat to extend (default: the only one)"
@@ -50,8 +60,14 @@ def add_label_cli(
                     f"{examples}:{i + 1}: 'label' must be one label, a string, got {row['label']!r}"
                 )
             by_label[row["label"]].append(str(row["text"]))
+        if review is not None:
+            accepted = review_examples(review)
+            if not accepted:
+                fail(f"{review}: no cluster is accepted (action accept or rename:<label>)")
+            for label, texts in accepted.items():
+                by_label[label].extend(texts)
         if not described and not by_label:
-            fail("Give --descriptions and/or --examples")
+            fail("Give --descriptions, --examples and/or --review")
         nlp = spacy.load(pipeline)
         added = add_labels(nlp, described, dict(by_label), component)
     except ValueError as error:

@@ -1,0 +1,76 @@
+"""`bert-pipes discover` through a tiny random BERT pipeline, then the accepted
+clusters added as labels by `bert-pipes add-label --review`."""
+
+import json
+from pathlib import Path
+
+import pytest
+import spacy
+from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
+from typer.testing import CliRunner
+
+from spacy_bert_pipes.cli import app
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+runner = CliRunner()
+NEW_TEXTS = ["top up my account", "hello world", "pin"]
+
+
+@pytest.fixture(scope="module")
+def router(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A prototype bert_textcat, and bert_vectors over an encoder of its own."""
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
+        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+    }
+    nlp.add_pipe("bert_textcat", config={"model": model})
+    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_vectors")
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    nlp.config["initialize"]["components"]["bert_encoder"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    path = tmp_path_factory.mktemp("discover") / "router"
+    nlp.to_disk(path)
+    return path
+
+
+def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -> None:
+    # five copies of each of three texts not routed: three clusters, whatever
+    # a random encoder makes of them
+    rows = []
+    for i in range(15):
+        text = NEW_TEXTS[i % 3]
+        out = {"label": None, "top": "card", "confidence": 0.1, "decision": "out_of_scope"}
+        rows.append({"id": f"n{i}", "route": out, "empty_text": False, "text": text})
+    routed = {"label": "card", "top": "card", "confidence": 0.9, "decision": "routed"}
+    rows.append({"id": "r0", "route": routed, "empty_text": False, "text": "my card"})
+    annotations = tmp_path / "routed.jsonl"
+    annotations.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf8")
+    out = tmp_path / "found"
+    args = ["discover", str(annotations), str(out), "--pipeline", str(router)]
+    result = runner.invoke(app, [*args, "--min-cluster-size", "3"])
+    assert result.exit_code == 0, result.output
+    assert "15 docs not routed of 16: 0 with an empty text, 15 in 3 clusters" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["labels_from"] == "the label prototypes of 'bert_textcat'"
+    assert summary["vectors"] == "computed by the pipeline"
+    review = [json.loads(line) for line in (out / "review.jsonl").read_text().splitlines()]
+    assert all(r["nearest_label"] in LABELS for r in review)
+    by_text = {r["representatives"][0]["text"]: r for r in review}
+    by_text["top up my account"]["action"] = "accept"
+    by_text["pin"]["action"] = "rename:new_pin"
+    (out / "review.jsonl").write_text("".join(json.dumps(r) + "\n" for r in review))
+    extended = tmp_path / "extended"
+    result = runner.invoke(
+        app, ["add-label", str(router), str(extended), "--review", str(out / "review.jsonl")]
+    )
+    assert result.exit_code == 0, result.output
+    name = by_text["top up my account"]["name"]
+    assert name == "account"  # "top" and "up" are stop words
+    labels = spacy.load(extended).get_pipe("bert_textcat").labels
+    assert labels == (*LABELS, name, "new_pin")
+    # without vectors or a pipeline: one line naming the file
+    result = runner.invoke(app, ["discover", str(annotations), str(tmp_path / "x")])
+    assert result.exit_code == 1
+    assert f"{annotations}: no 'vector' column: give --pipeline" in result.output
