@@ -38,7 +38,7 @@ FLOORS: List[Set[str]] = [
     {"pipeline"},
     {"convert", "evaluate", "assemble", "explain", "pretrain", "runtime", "multitask"},
     {"similar", "annotate"},
-    {"report"},
+    {"report", "discover"},
     {"cli"},
     {"__main__", ""},  # "": the package's own __init__
 ]
