@@ -69,6 +69,14 @@ def report_cli(
         file_okay=False,
         show_default=False,
     ),
+    discovery: Optional[List[Path]] = typer.Option(
+        None,
+        "--discovery",
+        help="A folder `bert-pipes discover` wrote: a section of its clusters (repeatable)",
+        exists=True,
+        file_okay=False,
+        show_default=False,
+    ),
     title: str = typer.Option("Evaluation report", "--title", help="The report's title"),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Draw the PNGs (needs matplotlib)"),
 ) -> None:
@@ -87,7 +95,8 @@ def report_cli(
     with a vector column (annotate --vectors), a 2-D map of its rows coloured
     by predicted intent, and the near-duplicates of bert-pipes
     similar-collection (<stem>_similar.json beside it). --one-pass adds the
-    one-pass pipeline's heads beside the heads trained apart.
+    one-pass pipeline's heads beside the heads trained apart; --discovery the
+    clusters of a bert-pipes discover folder, with their review actions.
     """
     try:
         labels = read_labels(intents) if intents is not None else None
@@ -100,6 +109,7 @@ def report_cli(
             plots=plots,
             intents=labels,
             one_pass=one_pass,
+            discoveries=discovery or [],
         )
     except (ReportError, ConversionError, ImportError) as err:
         fail(str(err))

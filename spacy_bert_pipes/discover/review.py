@@ -17,7 +17,7 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ..io.errors import ConversionError
 from ..io.output_readers import read_jsonl_records
@@ -81,6 +81,59 @@ def write_discovery(
     data = {**discovery.summary, "files": files}
     write_text(summary, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return [*written, summary]
+
+
+@dataclass
+class DiscoveryFiles:
+    """A folder `bert-pipes discover` wrote, read back (for `bert-pipes report`).
+
+    folder (Path): The folder.
+    summary (Dict[str, Any]): summary.json: counts and settings.
+    clusters (List[Dict[str, Any]]): The review file's rows, as written or
+        as a person edited them (with their actions).
+    picture (Optional[Path]): The PNG of the clusters, if it was drawn.
+    """
+
+    folder: Path
+    summary: Dict[str, Any]
+    clusters: List[Dict[str, Any]]
+    picture: Optional[Path]
+
+
+def read_discovery(folder: Union[str, Path]) -> DiscoveryFiles:
+    """The summary, the review rows and the picture of a discover folder.
+
+    RAISES (ConversionError): No summary.json, or a review file that is not
+        one of discover's (named by file and line).
+    """
+    folder = Path(folder)
+    summary_path = folder / SUMMARY
+    if not summary_path.is_file():
+        raise ConversionError(
+            str(folder), f"no {SUMMARY}: not a folder `bert-pipes discover` wrote"
+        )
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf8"))
+    except ValueError as error:
+        raise ConversionError(str(summary_path), f"not JSON ({error})") from error
+    files = summary.get("files") if isinstance(summary, dict) else None
+    if not isinstance(files, dict) or not isinstance(files.get("review"), str):
+        raise ConversionError(str(summary_path), "no files.review (a summary of discover?)")
+    review = folder / files["review"]
+    if not review.is_file():
+        raise ConversionError(str(review), "no such file (named in summary.json)")
+    records = (
+        _csv_records(review) if review.suffix.lower() == ".csv" else read_jsonl_records(review)
+    )
+    clusters = []
+    for where, record in records:
+        if not isinstance(record, dict) or "cluster" not in record or "size" not in record:
+            raise ConversionError(where, "not a row of a discover review (cluster, size, ...)")
+        clusters.append(record)
+    picture = folder / files["picture"] if isinstance(files.get("picture"), str) else None
+    return DiscoveryFiles(
+        folder, summary, clusters, picture if picture and picture.is_file() else None
+    )
 
 
 @dataclass

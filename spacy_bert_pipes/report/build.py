@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ..discover import DiscoveryFiles, read_discovery
 from ..multitask.compare import APART_SOURCE, TASKS, CompareError, compare
 from .collection import collection_section
+from .discovery import discovery_section
 from .document import Block, Heading, Paragraph, Table, duration, pct, short, to_html, to_markdown
 from .inputs import Inputs, ReportError, Run, read_inputs
 from .ner import ner_section
@@ -45,6 +47,7 @@ def write_report(
     plots: bool = True,
     intents: Optional[Sequence[str]] = None,
     one_pass: Optional[Union[str, Path]] = None,
+    discoveries: Sequence[Union[str, Path]] = (),
 ) -> Report:
     """Write report.md, report.html and the PNGs of the metrics in `paths`.
 
@@ -63,14 +66,19 @@ def write_report(
         pipeline's `multitask_<corpus>.json` (project.yml's workflow `all`): adds
         a table of each head's score beside the head trained apart, where the
         folder has its metrics (`spacy_bert_pipes.multitask.compare`).
+    discoveries (Sequence[Union[str, Path]]): Folders `bert-pipes discover`
+        wrote, each a section of its clusters (after the annotated collections).
     RETURNS (Report): The files written.
     """
     if plots:
         figure_class()  # fail before anything is written when matplotlib is missing
-    if not paths and not annotations:
-        raise ReportError("Nothing to report: give metrics JSONs or folders, or annotate outputs")
+    if not paths and not annotations and not discoveries:
+        raise ReportError(
+            "Nothing to report: give metrics JSONs or folders, annotate outputs or discover folders"
+        )
+    found = [read_discovery(folder) for folder in discoveries]
     inputs = read_inputs(paths, predictions, annotations, intents)
-    if not inputs.runs and not inputs.timings and not inputs.collections:
+    if not inputs.runs and not inputs.timings and not inputs.collections and not found:
         raise ReportError(
             f"No metrics in {', '.join(map(str, paths))}: expected JSONs with cats_, "
             "ents_, spans_ or qa_ scores, or *_time.json timings"
@@ -78,7 +86,7 @@ def write_report(
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     figures = Figures(output_dir, plots)
-    blocks = document(inputs, title, figures)
+    blocks = document(inputs, title, figures, found)
     if one_pass is not None:
         blocks[2:2] = _one_pass_section(Path(one_pass))  # after the title and sources
     markdown_path = output_dir / "report.md"
@@ -88,15 +96,18 @@ def write_report(
     return Report(markdown_path, html_path, figures.images, inputs.notes)
 
 
-def document(inputs: Inputs, title: str, figures: Figures) -> List[Block]:
+def document(
+    inputs: Inputs, title: str, figures: Figures, discoveries: Sequence[DiscoveryFiles] = ()
+) -> List[Block]:
     """The blocks of the whole report, drawing its pictures with `figures`."""
     blocks: List[Block] = [Heading(1, title)]
     sources = [f"`{run.path}`" for run in inputs.runs]
     sources += [f"`{run.predictions_path}`" for run in inputs.runs if run.predictions_path]
     sources += [f"`{c.path}`" for c in inputs.collections]
+    sources += [f"`{d.folder}`" for d in discoveries]
     if sources:
         blocks.append(Paragraph("Made from " + ", ".join(sources) + "."))
-    if inputs.runs or not inputs.collections:
+    if inputs.runs or not (inputs.collections or discoveries):
         blocks.append(
             Paragraph(
                 "Scores are percentages. P, R and F are precision, recall and F-score; "
@@ -117,6 +128,8 @@ def document(inputs: Inputs, title: str, figures: Figures) -> List[Block]:
     for collection in inputs.collections:
         blocks += collection_section(collection, figures)
         blocks += similarity_section(collection, figures)
+    for found in discoveries:
+        blocks += discovery_section(found, figures)
     if inputs.timings:
         blocks += _timings(inputs.timings)
     if inputs.notes:

@@ -61,6 +61,22 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     by_text["top up my account"]["action"] = "accept"
     by_text["pin"]["action"] = "rename:new_pin"
     (out / "review.jsonl").write_text("".join(json.dumps(r) + "\n" for r in review))
+    # the report shows the clusters with the reviewer's actions, and the picture
+    reported = tmp_path / "report"
+    result = runner.invoke(app, ["report", "--discovery", str(out), "-o", str(reported)])
+    assert result.exit_code == 0, result.output
+    markdown = (reported / "report.md").read_text(encoding="utf8")
+    assert "## New intents among the docs not routed" in markdown
+    assert "15 docs in 3 clusters, 0 left unclustered" in markdown
+    assert "| rename:new_pin |" in markdown and "| accept |" in markdown
+    assert (reported / f"discovery_{out.name}.png").read_bytes() == (
+        out / "clusters.png"
+    ).read_bytes()
+    result = runner.invoke(app, ["report", "--discovery", str(tmp_path), "-o", str(reported)])
+    assert result.exit_code == 1
+    assert f"{tmp_path}: no summary.json: not a folder `bert-pipes discover` wrote" in (
+        result.output
+    )
     extended = tmp_path / "extended"
     result = runner.invoke(
         app, ["add-label", str(router), str(extended), "--review", str(out / "review.jsonl")]
