@@ -6,7 +6,7 @@ readers (`io.output_readers` for the rows, `similar.read_vectors` for the
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Union
 
 import numpy
 
@@ -123,13 +123,10 @@ def read_pool_texts(
     RAISES (ConversionError): A row whose id the input lacks, named by its
         place in the pool's file.
     """
-    from ..io.readers import read_input
+    from ..io.readers import texts_by_id
 
-    wanted = {pool.ids[row] for row in rows}
-    found: Dict[str, str] = {}
-    for record in read_input(Path(input_path), text_column=text_column, id_column=id_column):
-        if record.id in wanted and record.text is not None:
-            found[record.id] = record.text
+    ids = [pool.ids[row] for row in rows]
+    found = texts_by_id(Path(input_path), ids, text_column=text_column, id_column=id_column)
     for row in rows:
         if pool.ids[row] not in found:
             raise ConversionError(

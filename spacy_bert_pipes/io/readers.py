@@ -11,7 +11,7 @@ import codecs
 import csv
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Literal, Optional, Sequence, Tuple
 
 from .errors import ConversionError
 from .rows import (
@@ -134,6 +134,24 @@ def read_input(
         )
     _check_kept(str(path), keep, [text_column], "a folder of .txt files has only its text")
     return _txt_rows(path, _folder_files(path, ".txt"), keep)
+
+
+def texts_by_id(
+    path: Path,
+    ids: Iterable[str],
+    *,
+    text_column: str = "text",
+    id_column: Optional[str] = None,
+) -> Dict[str, str]:
+    """The texts of the rows of an input (anything `read_input` reads) whose id
+    is one of `ids`, by id: what an OUTPUT of `bert-pipes annotate` that did not
+    keep its texts was annotated from. An id the input lacks is not a key."""
+    wanted = set(ids)
+    found: Dict[str, str] = {}
+    for row in read_input(path, text_column=text_column, id_column=id_column):
+        if row.id in wanted and row.text is not None:
+            found[row.id] = row.text
+    return found
 
 
 def _check_kept(

@@ -236,13 +236,11 @@ def read_texts(
     RAISES (ConversionError): A row of the collection whose id the input does
         not have; the error names the collection's file and row.
     """
-    from ..io.readers import read_input
+    from ..io.readers import texts_by_id
 
-    wanted = set(collection.ids)
-    texts: Dict[str, str] = {}
-    for row in read_input(Path(input_path), text_column=text_column, id_column=id_column):
-        if row.id in wanted and row.text is not None:
-            texts[row.id] = row.text
+    texts = texts_by_id(
+        Path(input_path), collection.ids, text_column=text_column, id_column=id_column
+    )
     for row_number, row_id in enumerate(collection.ids):
         if row_id not in texts:
             raise ConversionError(
