@@ -30,6 +30,7 @@ from spacy.training import Corpus, Example
 from spacy.util import registry
 
 from ..corpus_attrs import SOURCE_ATTR
+from ..io.docbins import decoders_looked_up_once
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -158,7 +159,8 @@ class MultiCorpus:
         if self._read_for is not nlp:
             self._examples = {}
             for name, corpus in self.sources.items():
-                self._examples[name] = list(corpus(nlp))
+                with decoders_looked_up_once():
+                    self._examples[name] = list(corpus(nlp))
                 if not self._examples[name]:
                     raise self._empty(name)
             self._read_for = nlp
