@@ -33,6 +33,7 @@ scores it: "exact" and "f1" against the best-matching reference answer, and
 """
 
 import json
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -43,6 +44,7 @@ from spacy.scorer import Scorer
 from spacy.tokens import Doc, Span
 from spacy.training import Corpus, Example
 
+from .io.docbins import decoders_looked_up_once
 from .pipeline.ner import SCORE_ATTR, BertEntityRecognizer
 from .pipeline.qa import BertQuestionAnswerer
 from .pipeline.textcat import BertTextCategorizer
@@ -106,19 +108,29 @@ class _KeepingScorer(Scorer):
         return super().score(self.examples, per_component=per_component)
 
 
-def read_examples(nlp: Language, path: Union[str, Path]) -> List[Example]:
+def read_examples(
+    nlp: Language, path: Union[str, Path], *, sample: int = 0, seed: int = 0
+) -> List[Example]:
     """The examples of a .spacy corpus, their predicted docs tokenized by `nlp`.
 
     nlp (Language): The pipeline.
     path (Union[str, Path]): A .spacy file (or a folder of them).
+    sample (int): Keep a random sample of this many examples (0: all of them).
+    seed (int): The seed of the sample.
     RETURNS (List[Example]): The examples, in the corpus's order.
     """
     path = Path(path)
     if not path.exists():
         raise EvaluateError(f"{path}: no such corpus")
-    examples = list(Corpus(path)(nlp))
+    if sample < 0:
+        raise EvaluateError(f"sample = {sample}: it must be 0 (every doc) or more")
+    with decoders_looked_up_once():  # QA docs carry their questions as user data
+        examples = list(Corpus(path)(nlp))
     if not examples:
         raise EvaluateError(f"{path}: the corpus has no docs")
+    if 0 < sample < len(examples):
+        drawn = sorted(random.Random(seed).sample(range(len(examples)), sample))
+        examples = [examples[i] for i in drawn]
     return examples
 
 

@@ -60,6 +60,25 @@ def test_read_examples_in_corpus_order(nlp_and_corpus: Dict[str, Any]) -> None:
     assert all(not eg.predicted.cats and not eg.predicted.ents for eg in examples)
 
 
+def test_read_examples_sample_is_seeded_and_keeps_the_corpus_order(
+    nlp_and_corpus: Dict[str, Any],
+) -> None:
+    nlp: Language = nlp_and_corpus["nlp"]
+    every = [eg.reference.text for eg in read_examples(nlp, nlp_and_corpus["path"])]
+
+    def drawn(seed: int) -> list:
+        examples = read_examples(nlp, nlp_and_corpus["path"], sample=3, seed=seed)
+        return [eg.reference.text for eg in examples]
+
+    assert len(drawn(0)) == 3 and drawn(0) == drawn(0)
+    assert drawn(0) == sorted(drawn(0), key=every.index)  # in the corpus's order
+    assert any(drawn(seed) != drawn(0) for seed in range(1, 5))
+    bigger = read_examples(nlp, nlp_and_corpus["path"], sample=len(every) + 1)
+    assert [eg.reference.text for eg in bigger] == every
+    with pytest.raises(EvaluateError, match="sample = -1: it must be 0"):
+        read_examples(nlp, nlp_and_corpus["path"], sample=-1)
+
+
 def test_read_examples_errors(nlp_and_corpus: Dict[str, Any], tmp_path: Path) -> None:
     nlp: Language = nlp_and_corpus["nlp"]
     with pytest.raises(EvaluateError, match="missing.spacy: no such corpus"):

@@ -67,6 +67,13 @@ def evaluate_cli(
         help="Docs per batch (default: the pipeline's [nlp] batch_size)",
         show_default=False,
     ),
+    sample: int = typer.Option(
+        0,
+        "--sample",
+        min=0,
+        help="Score a random sample of this many docs, for a quick check (0: every doc)",
+    ),
+    seed: int = typer.Option(0, "--seed", help="The seed of --sample"),
 ) -> None:
     """Score a pipeline on a .spacy corpus with its components' scorers.
 
@@ -86,12 +93,13 @@ def evaluate_cli(
     except ValueError as err:  # a precision, but no bert encoder
         fail(str(err))
     try:
-        examples = read_examples(nlp, data_path)
+        examples = read_examples(nlp, data_path, sample=sample, seed=seed)
         result = evaluate(nlp, examples, batch_size=batch_size)
     except EvaluateError as err:
         fail(str(err))
     scores = result.scores
-    msg.table(summary_rows(scores), title=f"{pipeline} on {data_path} ({len(examples)} docs)")
+    drawn = f"a sample of {len(examples)} docs" if sample else f"{len(examples)} docs"
+    msg.table(summary_rows(scores), title=f"{pipeline} on {data_path} ({drawn})")
     for line in routing_summary(scores):
         msg.info(f"Routing: {line}")
     for key, name in (("ents_per_type", "NER"), ("cats_f_per_type", "Textcat")):

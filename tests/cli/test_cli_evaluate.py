@@ -101,7 +101,8 @@ def flatten(scores: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 def test_help_names_every_option() -> None:
     result = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for option in ("--output", "--predictions", "--gpu-id", "--precision", "--batch-size"):
+    options = ("--output", "--predictions", "--gpu-id", "--precision", "--batch-size", "--sample")
+    for option in options:
         assert option in result.output
 
 
@@ -121,6 +122,15 @@ def test_scores_are_those_of_spacy_evaluate(textcat_ner: Dict[str, str], tmp_pat
     for key in set(flat_ours) - {"speed"}:
         assert flat_ours[key] == pytest.approx(flat_theirs[key], abs=1e-9), key
     assert f"({textcat_ner['n']} docs)" in result.output
+
+
+def test_sample_scores_that_many_docs(textcat_ner: Dict[str, str], tmp_path: Path) -> None:
+    predictions = tmp_path / "predictions.jsonl"
+    args = ["evaluate", textcat_ner["pipeline"], textcat_ner["data"], "--sample", "2"]
+    result = runner.invoke(app, args + ["--predictions", str(predictions)])
+    assert result.exit_code == 0, result.output
+    assert "(a sample of 2 docs)" in result.output
+    assert len(predictions.read_text(encoding="utf8").splitlines()) == 2
 
 
 def test_a_router_s_summary_and_per_label_table_count_its_decisions(
