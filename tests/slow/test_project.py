@@ -39,6 +39,7 @@ SMALL = {
     "one_pass_texts": 20,
     "collection_banking77": 30,
     "collection_squad": 4,
+    "eval_sample": 200,
     "shared_datasets": str(SHARED),
 }
 
