@@ -1,4 +1,8 @@
-"""`bert-pipes convert ...`: labelled data files to spaCy `.spacy` files."""
+"""`bert-pipes convert ...`: labelled data files to spaCy `.spacy` files.
+
+One concept: the `convert` command group, a subcommand per data source, each
+thin over `spacy_bert_pipes.convert` (which reads the data and makes the splits).
+"""
 
 import re
 from collections import Counter
@@ -15,6 +19,7 @@ from ..convert import (
     CLINC150_SPLITS,
     NerFileFormat,
     build_banking77_oos,
+    build_clinc150_discover,
     nluplusplus_labels,
     read_clinc150,
     read_labels_file,
@@ -27,6 +32,13 @@ from ..convert import (
     write_docbin,
 )
 from ..convert.banking77_oos import DEFAULT_VAL_PER_INTENT, ID_OOS_INTENTS_FILE, SPLITS
+from ..convert.clinc150_discover import (
+    DEFAULT_HELD_OUT,
+    MANIFEST,
+    TEST_HELD_OUT,
+    TRAFFIC,
+    TRAFFIC_GOLD,
+)
 from ..io.errors import ConversionError
 from .common import app, fail, lang_option
 
@@ -283,6 +295,75 @@ def convert_banking77_oos_cli(
     typer.echo(
         f"{len(corpus.labels)} intents in scope, {len(corpus.id_oos_intents)} held out "
         f"(seed {seed}); wrote {output_dir / 'banking77_oos.json'}"
+    )
+
+
+@convert_app.command("clinc150-discover")
+def convert_clinc150_discover_cli(
+    input_path: Path = typer.Argument(
+        ...,
+        help="CLINC150's data_full.json",
+        metavar="INPUT",
+        exists=True,
+        dir_okay=False,
+    ),
+    output_dir: Path = typer.Argument(
+        ...,
+        help=f"The folder to write train, val and test .spacy files, {TRAFFIC}, "
+        f"{TRAFFIC_GOLD}, {TEST_HELD_OUT} and {MANIFEST} to",
+        metavar="OUTPUT_DIR",
+        file_okay=False,
+    ),
+    held_out: int = typer.Option(
+        DEFAULT_HELD_OUT, "--held-out", min=1, help="How many of the intents to hold out"
+    ),
+    seed: int = typer.Option(
+        0, "--seed", help="Chooses the held-out intents and shuffles the traffic"
+    ),
+    lang: str = lang_option(),
+) -> None:
+    """Split CLINC150 (Larson et al. 2019) for new intent discovery: --held-out
+    intents, chosen with --seed, are left out of training, and turn up in the
+    traffic the router routes.
+
+    train, val and test .spacy hold the known intents' queries (val also
+    oos_val, without a positive label). traffic.jsonl ({id, text}) holds the
+    held-out intents' training queries, the known intents' val queries,
+    oos_train and oos_val, shuffled; traffic_gold.jsonl their true intents
+    ("oos": out of scope), for scoring only. test_held_out.jsonl ({id, text,
+    intent}) holds the held-out intents' test queries: the test split is never
+    traffic. clinc150_discover.json records the counts, the intents, the seed
+    and the source's sha256.
+    """
+    nlp = _blank(lang)
+    try:
+        corpus = build_clinc150_discover(input_path, held_out=held_out, seed=seed)
+        for split, rows in (("train", corpus.train), ("val", corpus.val), ("test", corpus.test)):
+            path = output_dir / f"{split}.spacy"
+            docs = rows_to_docs(nlp, rows, corpus.labels, exclusive=True, unlabelled=True)
+            n_docs = write_docbin(docs, path)
+            _report(n_docs, len(corpus.labels), path, sum(1 for row in rows if not row.labels))
+        manifest = corpus.manifest()
+    except ConversionError as err:
+        fail(str(err))
+    files = {
+        TRAFFIC: [{"id": q.id, "text": q.text} for q in corpus.traffic],
+        TRAFFIC_GOLD: [
+            {"id": q.id, "intent": q.intent, "source": q.source} for q in corpus.traffic
+        ],
+        TEST_HELD_OUT: [
+            {"id": q.id, "text": q.text, "intent": q.intent} for q in corpus.test_held_out
+        ],
+    }
+    for name, records in files.items():
+        srsly.write_jsonl(output_dir / name, records)
+        typer.secho(f"Wrote {len(records)} rows to {output_dir / name}", fg="green")
+    srsly.write_json(output_dir / MANIFEST, manifest)
+    counts = manifest["counts"]["traffic"]
+    typer.echo(
+        f"{len(corpus.labels)} intents known, {len(corpus.held_out)} held out (seed {seed}); "
+        f"traffic: {counts['held_out']} held-out, {counts['known']} known, "
+        f"{counts['oos']} out-of-scope queries; wrote {output_dir / MANIFEST}"
     )
 
 

@@ -15,6 +15,7 @@ token or entity is ever dropped or guessed at silently.
 fields.py      the helpers every reader shares (text and JSON files, JSON fields)
 textcat.py     TextcatRow, read_textcat_rows, read_nluplusplus, read_clinc150, rows_to_docs ...
 banking77_oos.py  build_banking77_oos: BANKING77-OOS rebuilt from Banking77 and CLINC150
+clinc150_discover.py  build_clinc150_discover: CLINC150 with intents held out, and traffic
 ner.py         read_ner_docs, read_conll_ner, read_entity_jsonl, read_spacy_json
 qa.py          read_squad, read_restaurant8k
 docbin.py      write_docbin
@@ -23,6 +24,7 @@ steps.py       training_steps: epochs of a converted corpus as spacy train's ste
 
 from ..io.errors import ConversionError
 from .banking77_oos import Banking77OOS, build_banking77_oos, read_intent_list
+from .clinc150_discover import Clinc150Discover, build_clinc150_discover, held_out_intents
 from .docbin import write_docbin
 from .ner import (
     AUTO_SPANS_FIELDS,
@@ -61,12 +63,15 @@ __all__ = [
     "RESTAURANT8K_QUESTIONS",
     "RESTAURANT8K_SLOTS",
     "Banking77OOS",
+    "Clinc150Discover",
     "ConversionError",
     "NerFileFormat",
     "TextcatRow",
     "TrainingSteps",
     "build_banking77_oos",
+    "build_clinc150_discover",
     "count_docs",
+    "held_out_intents",
     "nluplusplus_labels",
     "read_clinc150",
     "read_conll_ner",
