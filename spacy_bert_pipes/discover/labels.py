@@ -1,6 +1,7 @@
 """The known labels, as vectors a cluster can be compared with (`LabelSpace`):
 the label prototypes of the pipeline's `bert_textcat`, in its own space
-(`prototype_space`, with `prototype_centers` for the clusters), or else the
+(`prototype_space`, with `prototype_centers` for the clusters and
+`prototype_vectors` for docs), or else the
 unit mean vector of the rows routed to each label (`routed_space`).
 """
 
@@ -68,16 +69,19 @@ def prototype_space(nlp: "Language", component: str) -> LabelSpace:
     return LabelSpace(source, list(pipe.labels), W, component)
 
 
+def prototype_vectors(nlp: "Language", component: str, texts: Sequence[str]) -> numpy.ndarray:
+    """The unit sentence vectors of texts by the bert_textcat's own encoder,
+    fine-tuned with it: the space of its prototypes. (n_texts, width)"""
+    prototypes = cast("BertTextCategorizer", nlp.get_pipe(component)).prototypes
+    return prototypes.sentence_vectors([nlp.make_doc(text) for text in texts])
+
+
 def prototype_centers(
     nlp: "Language", component: str, member_texts: Sequence[Sequence[str]]
 ) -> numpy.ndarray:
     """Each cluster's unit mean of its members' sentence vectors by the
     bert_textcat (the space of its prototypes). (n_clusters, width)"""
-    prototypes = cast("BertTextCategorizer", nlp.get_pipe(component)).prototypes
-    centers = []
-    for texts in member_texts:
-        vectors = prototypes.sentence_vectors([nlp.make_doc(text) for text in texts])
-        centers.append(centroid(vectors))
+    centers = [centroid(prototype_vectors(nlp, component, texts)) for texts in member_texts]
     return numpy.stack(centers) if centers else numpy.zeros((0, 0), dtype="float32")
 
 

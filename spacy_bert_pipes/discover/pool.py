@@ -14,6 +14,7 @@ from ..io.errors import ConversionError
 from ..io.output_readers import output_id_column, read_output_rows
 from ..progress import progress_bar
 from ..similar import embed_texts, has_vectors, read_vectors
+from .labels import prototype_vectors
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -142,9 +143,17 @@ def missing_text(pool: Pool, rows: Sequence[int]) -> Optional[int]:
     return next((row for row in rows if pool.texts[row] is None), None)
 
 
-def embed_rows(nlp: "Language", texts: Sequence[str], *, progress: bool = False) -> numpy.ndarray:
+def embed_rows(
+    nlp: "Language",
+    texts: Sequence[str],
+    *,
+    component: Optional[str] = None,
+    progress: bool = False,
+) -> numpy.ndarray:
     """`doc.vector` of each text by the pipeline (`similar.embed_texts`: it
-    needs a bert_vectors component), with a progress bar. (n_texts, width)
+    needs a bert_vectors component), or with `component` the sentence vectors
+    of that bert_textcat (`labels.prototype_vectors`), with a progress bar.
+    (n_texts, width)
 
     RAISES (ValueError): The pipeline gives no contextual vectors.
     """
@@ -152,8 +161,17 @@ def embed_rows(nlp: "Language", texts: Sequence[str], *, progress: bool = False)
     bar = progress_bar(len(texts), 0, unit=" docs", desc="Embedding", disable=not progress)
     with bar:
         for start in range(0, len(texts), EMBED_CHUNK):
-            parts.append(embed_texts(nlp, texts[start : start + EMBED_CHUNK]))
+            chunk = texts[start : start + EMBED_CHUNK]
+            if component is None:
+                parts.append(embed_texts(nlp, chunk))
+            else:
+                parts.append(prototype_vectors(nlp, component, chunk))
             bar.update(len(parts[-1]))
     if not parts:
         return numpy.zeros((0, 0), dtype="float32")
     return numpy.concatenate(parts).astype("float32")
+
+
+def has_bert_vectors(nlp: "Language") -> bool:
+    """Whether the pipeline has a bert_vectors component (its docs have vectors)."""
+    return "bert_vectors" in {nlp.get_pipe_meta(name).factory for name in nlp.pipe_names}

@@ -5,7 +5,8 @@ a `bert-pipes annotate` OUTPUT to the clusters a person reviews.
    routed (`out_of_scope`, and `ambiguous` when asked) are the pool. Docs with
    an empty text are counted and given cluster -1, never clustered.
 2. Their vectors: the OUTPUT's `vector` column, else `doc.vector` by the
-   pipeline (a `bert_vectors` component).
+   pipeline (a `bert_vectors` component), else the sentence vectors of its
+   router's own encoder (a bert_textcat with label prototypes).
 3. `density_clusters` (as many as the data holds, scattered docs -1) or
    `kmeans_clusters` (K given), on unit vectors.
 4. Per cluster: `keywords` and a `suggested_name`, `representatives`, and the
@@ -39,7 +40,7 @@ from .labels import (
     prototype_space,
     routed_space,
 )
-from .pool import Pool, embed_rows, missing_text, read_pool, read_pool_texts
+from .pool import Pool, embed_rows, has_bert_vectors, missing_text, read_pool, read_pool_texts
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -153,10 +154,19 @@ def discover(
     if pool.vectors is None and nlp is None:
         raise ConversionError(
             pool.path,
-            "no 'vector' column: give --pipeline (one with a bert_vectors component) to "
-            "compute the vectors, or annotate with --vectors",
+            "no 'vector' column: give --pipeline (a router with label prototypes, or one "
+            "with a bert_vectors component) to compute the vectors, or annotate with --vectors",
         )
     component = prototype_component(nlp) if nlp is not None else None
+    # no vector column and no bert_vectors: the router's own vectors, in the
+    # space of its prototypes
+    own_space = (
+        pool.vectors is None
+        and nlp is not None
+        and component is not None
+        and not has_bert_vectors(nlp)
+    )
+    embedder = component if own_space else None
     wanted = ("out_of_scope", "ambiguous") if include_ambiguous else ("out_of_scope",)
     pooled = [row for row, decision in enumerate(pool.decisions) if decision in wanted]
     rows = [row for row in pooled if not pool.empty[row]]
@@ -164,7 +174,7 @@ def discover(
     routed_sample = _routed_sample(pool, rng) if component is None and pool.vectors is None else []
     _fill_texts(pool, rows + routed_sample, texts, text_column, id_column)
     row_texts = [str(pool.texts[row]) for row in rows]
-    unit = _unit_vectors(pool, rows, nlp, progress)
+    unit = _unit_vectors(pool, rows, nlp, progress, embedder)
     if len(rows) == 0:
         assigned = numpy.zeros(0, dtype="int64")
     elif n_clusters is not None:
@@ -179,13 +189,16 @@ def discover(
     if component is not None:
         assert nlp is not None
         space = prototype_space(nlp, component)
-        samples = [_sample(m, PROTOTYPE_SAMPLE, rng) for m in members]
-        label_centers = prototype_centers(
-            nlp, component, [[row_texts[i] for i in sample] for sample in samples]
-        )
+        if own_space:  # the clusters' centroids are in the prototypes' space already
+            label_centers = _stack(centers)
+        else:
+            samples = [_sample(m, PROTOTYPE_SAMPLE, rng) for m in members]
+            label_centers = prototype_centers(
+                nlp, component, [[row_texts[i] for i in sample] for sample in samples]
+            )
     else:
         space = _routed_space(pool, routed_sample, nlp, progress)
-        label_centers = numpy.stack(centers) if centers else numpy.zeros((0, 0), dtype="f")
+        label_centers = _stack(centers)
     nearest = nearest_labels(label_centers, space.labels, space.vectors)
     clusters = []
     for c, (m, center, (label, cosine)) in enumerate(zip(members, centers, nearest)):
@@ -231,7 +244,7 @@ def discover(
         ),
         "min_cluster_size": min_cluster_size,
         "seed": seed,
-        "vectors": "the vector column" if pool.vectors is not None else "computed by the pipeline",
+        "vectors": _vectors_source(pool, embedder),
         "labels_from": space.source,
         "near_cosine": near_cosine,
     }
@@ -260,14 +273,20 @@ def _fill_texts(
 
 
 def _unit_vectors(
-    pool: Pool, rows: List[int], nlp: Optional["Language"], progress: bool
+    pool: Pool,
+    rows: List[int],
+    nlp: Optional["Language"],
+    progress: bool,
+    component: Optional[str] = None,
 ) -> numpy.ndarray:
-    """The unit vectors of `rows`: the OUTPUT's, else by the pipeline."""
+    """The unit vectors of `rows`: the OUTPUT's, else by the pipeline (its
+    bert_vectors, or with `component` that bert_textcat's sentence vectors)."""
     if pool.vectors is not None:
         vectors = pool.vectors[rows]
     else:
         assert nlp is not None
-        vectors = embed_rows(nlp, [str(pool.texts[row]) for row in rows], progress=progress)
+        texts = [str(pool.texts[row]) for row in rows]
+        vectors = embed_rows(nlp, texts, component=component, progress=progress)
         if len(rows) == 0:
             return numpy.zeros((0, 1), dtype="float32")
     zero = numpy.flatnonzero(~(numpy.abs(vectors) > 0).any(axis=1))
@@ -277,6 +296,19 @@ def _unit_vectors(
             "the vector is all zeros, but the text is not empty: the pipeline gives it no vector",
         )
     return unit_rows(vectors)
+
+
+def _vectors_source(pool: Pool, component: Optional[str]) -> str:
+    """Where the pool's vectors came from, for the summary."""
+    if pool.vectors is not None:
+        return "the vector column"
+    if component is not None:
+        return f"computed by '{component}' (its encoder's sentence vectors: its prototypes' space)"
+    return "computed by the pipeline"
+
+
+def _stack(centers: List[numpy.ndarray]) -> numpy.ndarray:
+    return numpy.stack(centers) if centers else numpy.zeros((0, 0), dtype="f")
 
 
 def _routed_sample(pool: Pool, rng: numpy.random.Generator) -> List[int]:

@@ -4,12 +4,14 @@ clusters added as labels by `bert-pipes add-label --review`."""
 import json
 from pathlib import Path
 
+import numpy
 import pytest
 import spacy
 from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
+from spacy_bert_pipes.discover.labels import prototype_space
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 runner = CliRunner()
@@ -90,3 +92,55 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     result = runner.invoke(app, ["discover", str(annotations), str(tmp_path / "x")])
     assert result.exit_code == 1
     assert f"{annotations}: no 'vector' column: give --pipeline" in result.output
+
+
+@pytest.fixture(scope="module")
+def router_alone(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A prototype bert_textcat and nothing else, as configs/route.cfg trains:
+    its docs have no vectors but its own encoder's."""
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
+        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+    }
+    nlp.add_pipe("bert_textcat", config={"model": model})
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    path = tmp_path_factory.mktemp("discover") / "router_alone"
+    nlp.to_disk(path)
+    return path
+
+
+def write_unrouted(path: Path) -> Path:
+    """Five copies of each of NEW_TEXTS not routed, and one routed doc."""
+    rows = []
+    for i in range(15):
+        out = {"label": None, "top": "card", "confidence": 0.1, "decision": "out_of_scope"}
+        rows.append({"id": f"n{i}", "route": out, "empty_text": False, "text": NEW_TEXTS[i % 3]})
+    routed = {"label": "card", "top": "card", "confidence": 0.9, "decision": "routed"}
+    rows.append({"id": "r0", "route": routed, "empty_text": False, "text": "my card"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf8")
+    return path
+
+
+def test_a_router_without_vectors_clusters_on_its_own(router_alone: Path, tmp_path: Path) -> None:
+    annotations = write_unrouted(tmp_path / "routed.jsonl")
+    out = tmp_path / "found"
+    args = ["discover", str(annotations), str(out), "--pipeline", str(router_alone)]
+    result = runner.invoke(app, [*args, "--min-cluster-size", "3", "--no-picture"])
+    assert result.exit_code == 0, result.output
+    assert "15 docs not routed of 16: 0 with an empty text, 15 in 3 clusters" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["vectors"].startswith("computed by 'bert_textcat' (its encoder's sentence")
+    assert summary["labels_from"] == "the label prototypes of 'bert_textcat'"
+    # the clusters are compared with the prototypes in the space they were made
+    # in (a cluster is five copies of one text: its centroid is that text's vector)
+    review = [json.loads(line) for line in (out / "review.jsonl").read_text().splitlines()]
+    nlp = spacy.load(router_alone)
+    prototypes = nlp.get_pipe("bert_textcat").prototypes
+    for row in review:
+        vector = prototypes.sentence_vectors([nlp.make_doc(row["representatives"][0]["text"])])
+        space = prototype_space(nlp, "bert_textcat")
+        cosines = space.vectors @ vector[0] / numpy.linalg.norm(vector[0])
+        assert row["nearest_label"] == space.labels[int(numpy.argmax(cosines))]
+        assert row["nearest_cosine"] == pytest.approx(float(cosines.max()), abs=1e-3)
