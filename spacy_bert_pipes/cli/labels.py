@@ -40,6 +40,12 @@ def add_label_cli(
         exists=True,
         dir_okay=False,
     ),
+    accept_all: bool = typer.Option(
+        False,
+        "--accept-all",
+        help="With --review: every cluster becomes a label under its name, whatever its "
+        "action (to measure discovery without a reviewer)",
+    ),
     component: Optional[str] = typer.Option(
         None, "--component", help="The bert_textcat to extend (default: the only one)"
     ),
@@ -49,6 +55,8 @@ def add_label_cli(
     import spacy
 
     refuse_to_overwrite(output, overwrite)
+    if accept_all and review is None:
+        fail("--accept-all takes the clusters of a --review file: give one")
     try:
         described = read_label_descriptions(str(descriptions), "add-label") if descriptions else {}
         by_label: Dict[str, List[str]] = defaultdict(list)
@@ -61,8 +69,10 @@ def add_label_cli(
                 )
             by_label[row["label"]].append(str(row["text"]))
         if review is not None:
-            accepted = review_examples(review)
+            accepted = review_examples(review, accept_all=accept_all)
             if not accepted:
+                if accept_all:
+                    fail(f"{review}: the review has no cluster")
                 fail(f"{review}: no cluster is accepted (action accept or rename:<label>)")
             for label, texts in accepted.items():
                 by_label[label].extend(texts)

@@ -184,11 +184,13 @@ def read_review(path: Union[str, Path]) -> List[ReviewRow]:
     return rows
 
 
-def review_examples(path: Union[str, Path]) -> Dict[str, List[str]]:
+def review_examples(path: Union[str, Path], *, accept_all: bool = False) -> Dict[str, List[str]]:
     """The new labels of a review (accept, rename:<label>) with their examples:
     their representatives and those of the clusters merged into them. Two
     clusters given one name make one label.
 
+    accept_all (bool): Take every cluster as accepted under its `name`,
+        whatever its action (discovery measured without a reviewer).
     RAISES (ConversionError): An unknown action, a rename without a name, a
         merge into a cluster that is not in the file or not accepted.
     """
@@ -197,7 +199,7 @@ def review_examples(path: Union[str, Path]) -> Dict[str, List[str]]:
     merges: List[Tuple[ReviewRow, int]] = []
     examples: Dict[str, List[str]] = {}
     for row in rows:
-        action = row.action
+        action = "accept" if accept_all else row.action
         if action in ("", "reject"):
             continue
         if action == "accept" or action.startswith("rename:"):

@@ -144,3 +144,21 @@ def test_a_router_without_vectors_clusters_on_its_own(router_alone: Path, tmp_pa
         cosines = space.vectors @ vector[0] / numpy.linalg.norm(vector[0])
         assert row["nearest_label"] == space.labels[int(numpy.argmax(cosines))]
         assert row["nearest_cosine"] == pytest.approx(float(cosines.max()), abs=1e-3)
+    # every cluster a label, its action whatever it is
+    extended = tmp_path / "extended"
+    review_path = str(out / "review.jsonl")
+    result = runner.invoke(
+        app, ["add-label", str(router_alone), str(extended), "--review", review_path]
+    )
+    assert result.exit_code == 1
+    assert "no cluster is accepted" in result.output
+    args = ["add-label", str(router_alone), str(extended), "--review", review_path, "--accept-all"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    names = [row["name"] for row in review]
+    assert spacy.load(extended).get_pipe("bert_textcat").labels == (*LABELS, *names)
+    result = runner.invoke(
+        app, ["add-label", str(router_alone), str(tmp_path / "x"), "--accept-all"]
+    )
+    assert result.exit_code == 1
+    assert "--accept-all takes the clusters of a --review file: give one" in result.output
