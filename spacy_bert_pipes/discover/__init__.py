@@ -11,7 +11,8 @@ docs. The review, with its actions filled in, gives `bert-pipes add-label
 The package: `pool` reads the OUTPUT, `cluster` clusters unit vectors,
 `describe` names and places a cluster, `labels` gives the known labels as
 vectors, `run` puts them together (`discover`), `review` writes the files and
-reads the review back, `picture` draws the clusters among the labels.
+reads the review back, `picture` draws the clusters among the labels, `score`
+scores clusters against true intents where a benchmark knows them.
 """
 
 from .cluster import NOISE, density_clusters, kmeans_clusters, knn_graph
@@ -31,6 +32,14 @@ from .review import (
     write_discovery,
 )
 from .run import Cluster, Discovery, discover
+from .score import (
+    baseline_clusters,
+    discovered_intents,
+    frozen_vectors,
+    label_intents,
+    routed_to_intents,
+    score_clusters,
+)
 
 __all__ = [
     "ASSIGNMENTS",
@@ -45,16 +54,22 @@ __all__ = [
     "REVIEW",
     "ReviewRow",
     "SUMMARY",
+    "baseline_clusters",
     "density_clusters",
     "discover",
+    "discovered_intents",
+    "frozen_vectors",
     "keywords",
     "kmeans_clusters",
     "knn_graph",
+    "label_intents",
     "read_discovery",
     "read_pool",
     "read_review",
     "representatives",
     "review_examples",
+    "routed_to_intents",
+    "score_clusters",
     "suggested_name",
     "write_discovery",
 ]
