@@ -439,3 +439,100 @@ def test_route_banking_takes_banking77_oos_from_assets_to_its_report() -> None:
             assert output in line and output in report["deps"] and output in report["script"][0]
     assert len(evaluate) == 2
     assert all(out.startswith("reports/route-banking/") for out in report["outputs"])
+
+
+def test_discover_takes_clinc150_from_assets_to_its_report() -> None:
+    from spacy.util import load_config
+
+    from spacy_bert_pipes.convert import training_steps
+
+    config = project()
+    steps = config["workflows"]["discover"]
+    assert steps == [
+        "assets",
+        "convert-clinc150-discover",
+        "train-discover",
+        "calibrate-discover",
+        "threshold-discover",
+        "annotate-discover",
+        "discover-discover",
+        "add-labels-discover",
+        "evaluate-discover",
+        "score-discover",
+        "report-discover",
+    ]
+    # each step reads what earlier steps wrote (besides configs and scripts),
+    # and names every file it reads or writes
+    written = set(command(config, "assets")["outputs"])
+    for name in steps[1:]:
+        cmd = command(config, name)
+        for dep in cmd["deps"]:
+            assert dep in written or dep.startswith(("configs/", "scripts/")), (name, dep)
+        written |= set(cmd["outputs"])
+        declared = set(cmd["deps"]) | set(cmd["outputs"])
+        for line in cmd["script"]:
+            for word in line.replace("'", " ").split():
+                if word.startswith(
+                    ("assets/", "corpus/", "metrics/", "training/", "configs/", "annotations/")
+                ) or word.startswith("scripts/"):
+                    assert word in declared or any(d.startswith(word + "/") for d in declared), (
+                        name,
+                        word,
+                    )
+    vars_ = config["vars"]
+    convert = command(config, "convert-clinc150-discover")["script"][0]
+    assert "--held-out ${vars.discover_held_out} --seed ${vars.discover_seed}" in convert
+    assert vars_["discover_held_out"] == 30
+    # 4 epochs of the known intents' training queries (CLINC150 has 100 of each of
+    # its 150 intents) in batches of route.cfg's size, by `bert-pipes train-steps`'s rule
+    train = command(config, "train-discover")["script"][0]
+    assert train.startswith("python scripts/timed.py metrics/discover_router_train_time.json -- ")
+    assert "spacy train configs/route.cfg --output training/discover " in train
+    assert "--system.seed ${vars.discover_seed}" in train
+    batch = load_config(ROOT / "configs" / "route.cfg")["training"]["batcher"]["size"]
+    rule = training_steps((150 - vars_["discover_held_out"]) * 100, epochs=4, batch_size=batch)
+    assert vars_["discover_steps"] == rule.max_steps
+    assert vars_["discover_eval_frequency"] == rule.eval_frequency
+    assert vars_["discover_warmup"] == rule.warmup_steps
+    for var in ("steps", "warmup", "eval_frequency"):
+        assert "${vars.discover_" + var + "}" in train
+    # calibrated on in-scope queries, the threshold chosen on val, as `route` does
+    calibrate = command(config, "calibrate-discover")["script"][0]
+    assert "--train corpus/clinc150_discover/train.spacy" in calibrate
+    threshold = command(config, "threshold-discover")["script"][0]
+    assert "--key ${vars.route_key}" in threshold
+    assert "corpus/clinc150_discover/val.spacy" in threshold
+    # the router routes the traffic, and discover clusters what it did not route
+    # on the router's own vectors (it has no bert_vectors: no --vectors)
+    annotate = command(config, "annotate-discover")["script"][0]
+    assert "annotate training/discover/model-routed corpus/clinc150_discover/traffic.jsonl " in (
+        annotate
+    )
+    assert "--vectors" not in annotate
+    discover = command(config, "discover-discover")["script"][0]
+    assert "--pipeline training/discover/model-routed" in discover
+    assert "--clusters" not in discover  # as many as the data holds
+    add = command(config, "add-labels-discover")["script"][0]
+    assert "--review annotations/discover_clusters/review.jsonl --accept-all" in add
+    # the test split is for the loop only: evaluated, and scored
+    for name in steps[1:]:
+        if name not in ("convert-clinc150-discover", "evaluate-discover", "score-discover"):
+            assert not any("test" in dep for dep in command(config, name)["deps"]), name
+    evaluate = command(config, "evaluate-discover")["script"]
+    assert (
+        "evaluate training/discover/model-routed corpus/clinc150_discover/test.spacy" in evaluate[0]
+    )
+    assert (
+        "evaluate training/discover/model-extended corpus/clinc150_discover/test.spacy"
+        in (evaluate[1])
+    )
+    assert (
+        "annotate training/discover/model-extended corpus/clinc150_discover/test_held_out"
+        in (evaluate[2])
+    )
+    score = command(config, "score-discover")
+    assert score["outputs"] == ["metrics/discover.json"]
+    assert "--encoder ${vars.encoder}" in score["script"][0]
+    report = command(config, "report-discover")
+    assert "--discovery annotations/discover_clusters" in report["script"][0]
+    assert all(out.startswith("reports/discover/") for out in report["outputs"])
