@@ -4,11 +4,27 @@ Unit tests never touch the network or the real encoder; tests marked `slow` use
 the real pretrained encoder and datasets, tests marked `gpu` need CUDA.
 """
 
+import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from helpers import write_tiny_bert
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each process (and every command it starts) gets its
+    share of the cores: two processes of two threads each on a 2-core machine
+    run their torch work about 1.7x slower than two of one thread each."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    os.environ["OMP_NUM_THREADS"] = threads
+    os.environ["MKL_NUM_THREADS"] = threads
+    import torch
+
+    torch.set_num_threads(int(threads))
 
 
 @pytest.fixture(scope="session")
