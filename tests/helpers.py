@@ -127,6 +127,23 @@ NER_TEXTS = [
 ]
 
 
+def prototype_router(tiny_bert: Path, path: Path) -> Path:
+    """A prototype bert_textcat on its own encoder and nothing else, as
+    configs/route.cfg trains, initialized from the tiny BERT and saved to `path`."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
+        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+    }
+    nlp.add_pipe("bert_textcat", config={"model": model})
+    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
+    nlp.initialize(lambda: textcat_examples(nlp))
+    nlp.to_disk(path)
+    return path
+
+
 def ner_examples(nlp, data=NER_TEXTS):  # type: ignore[no-untyped-def]
     from spacy.training import Example
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import spacy
-from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
+from helpers import LABELS, SMALL_ENCODER, loader_config, prototype_router
 from typer.testing import CliRunner, Result
 
 from spacy_bert_pipes.cli import app
@@ -15,16 +15,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def trained(tiny_bert: Path, tmp_path: Path) -> Path:
-    nlp = spacy.blank("en")
-    model = {
-        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
-        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
-    }
-    nlp.add_pipe("bert_textcat", config={"model": model})
-    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
-    nlp.initialize(lambda: textcat_examples(nlp))
-    nlp.to_disk(tmp_path / "trained")
-    return tmp_path / "trained"
+    return prototype_router(tiny_bert, tmp_path / "trained")
 
 
 def test_add_label_by_description_and_examples(trained: Path, tmp_path: Path) -> None:

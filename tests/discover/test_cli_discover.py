@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
+from helpers import LABELS, SMALL_ENCODER, loader_config, prototype_router, textcat_examples
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
@@ -98,17 +98,7 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
 def router_alone(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A prototype bert_textcat and nothing else, as configs/route.cfg trains:
     its docs have no vectors but its own encoder's."""
-    nlp = spacy.blank("en")
-    model = {
-        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1",
-        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
-    }
-    nlp.add_pipe("bert_textcat", config={"model": model})
-    nlp.config["initialize"]["components"]["bert_textcat"] = loader_config(tiny_bert)
-    nlp.initialize(lambda: textcat_examples(nlp))
-    path = tmp_path_factory.mktemp("discover") / "router_alone"
-    nlp.to_disk(path)
-    return path
+    return prototype_router(tiny_bert, tmp_path_factory.mktemp("discover") / "router_alone")
 
 
 def write_unrouted(path: Path) -> Path:
