@@ -3,7 +3,7 @@
 import hashlib
 import json
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import numpy
 import pyarrow
@@ -73,6 +73,23 @@ def test_parquet_errors(tmp_path: Path) -> None:
         read_vectors(tmp_path / "c.parquet")
     with pytest.raises(ConversionError, match="expected a .parquet or .jsonl"):
         read_vectors(write_jsonl(tmp_path / "d.csv", []))
+
+
+def test_parquet_reads_only_the_id_and_vector_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An annotated collection's other columns (a score per label, texts) are
+    never read: they would more than double the memory of a large read."""
+    table = pyarrow.table({"id": ["a"], "cats": ['{"x": 1.0}'], "vector": [[1.0, 0.0]]})
+    pq.write_table(table, tmp_path / "v.parquet")
+    read = pq.read_table
+    asked: List[Any] = []
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: asked.append(k) or read(*a, **k))
+    (tmp_path / "shards").mkdir()
+    pq.write_table(table, tmp_path / "shards" / "part-0.parquet")
+    for path in (tmp_path / "v.parquet", tmp_path / "shards"):
+        assert read_vectors(path).ids == ["a"]
+    assert [k.get("columns") for k in asked] == [["id", "vector"]] * 2
 
 
 def test_jsonl_errors_name_the_line(tmp_path: Path) -> None:

@@ -129,14 +129,17 @@ def _read_parquet(path: Path, id_column: str, vector_column: str) -> "tuple[List
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        schema = pq.ParquetDataset(path).schema if path.is_dir() else pq.read_schema(path)
+        for column in (id_column, vector_column):
+            if column not in schema.names:
+                raise ConversionError(
+                    str(path), f"no column {column!r} (columns: {', '.join(schema.names)})"
+                )
+        # only the two columns: an annotated collection's other columns (cats
+        # of every label, texts) would more than double the memory of a read
+        table = pq.read_table(path, columns=[id_column, vector_column])
     except (OSError, pyarrow.ArrowException) as error:
         raise ConversionError(str(path), f"cannot read it as Parquet: {error}") from error
-    for column in (id_column, vector_column):
-        if column not in table.column_names:
-            raise ConversionError(
-                str(path), f"no column {column!r} (columns: {', '.join(table.column_names)})"
-            )
     ids_col = table.column(id_column)
     if ids_col.null_count:
         row = int(numpy.nonzero(ids_col.is_null().to_numpy(zero_copy_only=False))[0][0])
