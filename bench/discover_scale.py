@@ -45,7 +45,6 @@ bytes), the counts of discover's summary.json and the thread settings.
 """
 
 import gc
-import hashlib
 import json
 import os
 import platform
@@ -60,6 +59,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy
 import typer
 
+from spacy_bert_pipes.convert.banking77_oos import sha256
 from spacy_bert_pipes.discover import SUMMARY, frozen_vectors
 from spacy_bert_pipes.io.output import OutputColumns, VectorColumn, concatenate, write_rows
 
@@ -271,14 +271,6 @@ def machine() -> Dict[str, Any]:
 
 def _product(a: Optional[str], b: Optional[str]) -> Optional[int]:
     return int(a) * int(b) if a and b and a.isdigit() and b.isdigit() else None
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file_:
-        for block in iter(lambda: file_.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def main(
