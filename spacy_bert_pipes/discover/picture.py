@@ -17,6 +17,10 @@ LABEL_COLOR = "#9a9a9a"
 # Labels named on the picture beside their cross: beyond this many, the nearest
 # labels of the clusters only.
 NAMED_LABELS = 40
+# Clusters named on the picture, the largest first: 100,000 docs can give
+# thousands of clusters, whose names would cover the picture (and take minutes
+# to place); the review file names every one.
+NAMED_CLUSTERS = 30
 
 
 def project_2d(points: numpy.ndarray) -> numpy.ndarray:
@@ -50,7 +54,7 @@ def draw_discovery(discovery: Discovery, path: Path) -> Path:
     if n_labels:
         ax.scatter(labels_xy[:, 0], labels_xy[:, 1], marker="x", color=LABEL_COLOR, s=30)
         named = set(space.labels) if n_labels <= NAMED_LABELS else set()
-        named |= {c.nearest_label for c in clusters if c.nearest_label is not None}
+        named |= {c.nearest_label for c in clusters[:NAMED_CLUSTERS] if c.nearest_label}
         for label, (x, y) in zip(space.labels, labels_xy.tolist()):
             if label in named:
                 ax.annotate(
@@ -68,7 +72,8 @@ def draw_discovery(discovery: Discovery, path: Path) -> Path:
         ax.scatter(
             clusters_xy[:, 0], clusters_xy[:, 1], s=area, c=colors, alpha=0.6, edgecolors="white"
         )
-        for cluster, (x, y) in zip(clusters, clusters_xy.tolist()):
+        # clusters come the largest first
+        for cluster, (x, y) in zip(clusters[:NAMED_CLUSTERS], clusters_xy.tolist()):
             ax.annotate(
                 f"{cluster.cluster}: {cluster.name}",
                 (x, y),
@@ -88,7 +93,7 @@ def draw_discovery(discovery: Discovery, path: Path) -> Path:
     ax.text(
         0.0,
         -0.08,
-        _legend(space.source),
+        _legend(space.source, len(clusters)),
         transform=ax.transAxes,
         fontsize=7.5,
         color="#555555",
@@ -102,5 +107,6 @@ def _title(n_clusters: int, new: int, clustered: int) -> str:
     return f"{n_clusters} clusters of {clustered} docs not routed ({new} new intents)"
 
 
-def _legend(source: str) -> str:
-    return f"red: new intent; blue: near a label; grey x: {source}"
+def _legend(source: str, n_clusters: int) -> str:
+    named = f"; the {NAMED_CLUSTERS} largest clusters named" if n_clusters > NAMED_CLUSTERS else ""
+    return f"red: new intent; blue: near a label; grey x: {source}{named}"

@@ -251,3 +251,46 @@ def test_parquet_annotations(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "routed.parquet")
     found = discover(tmp_path / "routed.parquet", min_cluster_size=5)
     assert sorted(c.keywords[0] for c in found.clusters) == ["delivery", "paris"]
+
+
+def test_the_picture_names_only_the_largest_clusters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of clusters (100,000 docs) would bury the picture under their
+    names: it names the NAMED_CLUSTERS largest and their nearest labels, and
+    says so; every cluster is still drawn."""
+    from matplotlib.axes import Axes
+
+    from spacy_bert_pipes.discover.labels import LabelSpace
+    from spacy_bert_pipes.discover.picture import NAMED_CLUSTERS, draw_discovery
+    from spacy_bert_pipes.discover.run import Cluster, Discovery
+
+    rng = numpy.random.default_rng(0)
+    labels = [f"label{i}" for i in range(60)]  # more than NAMED_LABELS: only the nearest
+    n = NAMED_CLUSTERS + 20
+    clusters = [
+        Cluster(i, n - i, f"name{i}", [], labels[i], 0.9, f"near {labels[i]}", []) for i in range(n)
+    ]
+    found = Discovery(
+        clusters=clusters,
+        assignments=[],
+        summary={"clusters": n, "new_intents": 0, "clustered": sum(c.size for c in clusters)},
+        label_space=LabelSpace("label prototypes", labels, rng.normal(size=(60, WIDTH))),
+        centers=rng.normal(size=(n, WIDTH)),
+    )
+    names: List[str] = []
+    annotate = Axes.annotate
+    monkeypatch.setattr(
+        Axes,
+        "annotate",
+        lambda ax, text, *a, **k: names.append(text) or annotate(ax, text, *a, **k),
+    )
+    texts: List[str] = []
+    text = Axes.text
+    monkeypatch.setattr(
+        Axes, "text", lambda ax, x, y, s, *a, **k: texts.append(s) or text(ax, x, y, s, *a, **k)
+    )
+    assert draw_discovery(found, tmp_path / "clusters.png").read_bytes()[:4] == b"\x89PNG"
+    named = [f"{i}: name{i}" for i in range(NAMED_CLUSTERS)]
+    assert sorted(names) == sorted(named + labels[:NAMED_CLUSTERS])
+    assert any(f"the {NAMED_CLUSTERS} largest clusters named" in t for t in texts)
