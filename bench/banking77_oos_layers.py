@@ -53,14 +53,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy
-import spacy
 import typer
 from spacy.pipeline import TrainablePipe
-from spacy.tokens import DocBin
 from thinc.api import Model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import banking77_oos_baselines as baselines  # noqa: E402
 from banking77_oos_baselines import embed  # noqa: E402
 from banking77_oos_views import percentile  # noqa: E402
 
@@ -94,24 +93,19 @@ def read_split(
     file, whose docs `convert banking77-oos` writes kind after kind (KINDS, the
     counts of banking77_oos.json); with `limit`, the first `limit` of each
     intent and of each out-of-scope kind."""
-    docs = list(DocBin().from_disk(path).get_docs(spacy.blank("en").vocab))
+    texts, gold = baselines.read_split(path, 0)
     kinds = [kind for kind in KINDS for _ in range(counts[kind])]
-    if len(kinds) != len(docs):
-        raise SystemExit(f"{path}: {len(docs)} docs, banking77_oos.json counts {len(kinds)}")
-    texts: List[str] = []
-    gold: List[Optional[str]] = []
-    kept: List[str] = []
+    if len(kinds) != len(texts):
+        raise SystemExit(f"{path}: {len(texts)} docs, banking77_oos.json counts {len(kinds)}")
+    kept: List[int] = []
     seen: Counter = Counter()
-    for doc, kind in zip(docs, kinds):
-        label = next((name for name, score in doc.cats.items() if score >= 0.5), None)
+    for i, (text, label, kind) in enumerate(zip(texts, gold, kinds)):
         if (label is None) != (kind != "in_scope"):
-            raise SystemExit(f"{path}: doc {doc.text!r} is {kind} but has label {label!r}")
+            raise SystemExit(f"{path}: doc {text!r} is {kind} but has label {label!r}")
         seen[label or kind] += 1
         if not limit or seen[label or kind] <= limit:
-            texts.append(doc.text)
-            gold.append(label)
-            kept.append(kind)
-    return texts, gold, kept
+            kept.append(i)
+    return [texts[i] for i in kept], [gold[i] for i in kept], [kinds[i] for i in kept]
 
 
 def layer_vectors(encoder: Model, texts: List[str], batch_size: int) -> numpy.ndarray:

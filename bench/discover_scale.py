@@ -47,7 +47,6 @@ bytes), the counts of discover's summary.json and the thread settings.
 import gc
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -59,9 +58,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy
 import typer
 
-from spacy_bert_pipes.convert.banking77_oos import sha256
-from spacy_bert_pipes.discover import SUMMARY, frozen_vectors
-from spacy_bert_pipes.io.output import OutputColumns, VectorColumn, concatenate, write_rows
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import speed  # noqa: E402  (bench/speed.py, beside this script: its machine())
+
+from spacy_bert_pipes.convert.banking77_oos import sha256  # noqa: E402
+from spacy_bert_pipes.discover import SUMMARY, frozen_vectors  # noqa: E402
+from spacy_bert_pipes.io.output import OutputColumns, VectorColumn, concatenate, write_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "clinc150" / "data_full.json"
@@ -244,35 +246,6 @@ def thread_settings(env: Dict[str, str]) -> Dict[str, Any]:
     return {**{name: env[name] for name in THREAD_VARIABLES}, **json.loads(found.stdout)}
 
 
-def machine() -> Dict[str, Any]:
-    """The platform, the CPU model, its vector flags, cores and memory."""
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    fields = dict(
-        (key.strip(), value.strip())
-        for key, _, value in (line.partition(":") for line in lscpu.splitlines())
-    )
-    flags = fields.get("Flags", "").split()
-    meminfo = Path("/proc/meminfo").read_text()
-    total = re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.MULTILINE)
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": fields.get("Model name"),
-        "avx2": "avx2" in flags,
-        "avx512": sorted(flag for flag in flags if flag.startswith("avx512")),
-        "amx": sorted(flag for flag in flags if flag.startswith("amx")),
-        "cores": _product(fields.get("Core(s) per socket"), fields.get("Socket(s)")),
-        "threads_per_core": fields.get("Thread(s) per core"),
-        "cpu_count": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)),
-        "memory_mib": round(int(total.group(1)) / 1024) if total else None,
-    }
-
-
-def _product(a: Optional[str], b: Optional[str]) -> Optional[int]:
-    return int(a) * int(b) if a and b and a.isdigit() and b.isdigit() else None
-
-
 def main(
     rows: int = typer.Option(100_000, min=1, help="Docs of the OUTPUT, none routed"),
     threads: int = typer.Option(2, min=1, help="Threads of torch and faiss (OpenMP) and BLAS"),
@@ -335,7 +308,7 @@ def main(
     result = {
         "command": " ".join(["python", *sys.argv]),
         "discover": " ".join(["bert-pipes discover ANNOTATIONS OUTPUT_DIR", *options]),
-        "machine": machine(),
+        "machine": speed.machine(),
         "threads": thread_settings(env),
         "data": {"clinc150": str(data), "sha256": sha256(data), "encoder": ENCODER},
         "annotations": {
