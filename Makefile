@@ -12,9 +12,20 @@ RUN_STAMP := $(VENV)/.installed-run
 # without its dependencies (it would pull sentence-transformers and a newer torch).
 # `make run` installs what the workflow runs (the package with its plots and
 # similar extras); `make test` adds the rest on top. The ray extra (~250 MB, under
-# a minute) lets `make test` run the ray engine's tests. sentence-transformers,
-# the reference of the vector parity test, goes in without its dependencies (it
-# would move torch); scikit-learn is what it and bench/mteb_banking77.py need besides.
+# a minute) lets `make test` run the ray engine's tests.
+# The references the tests and bench/ compare with (spacy-transformers,
+# sentence-transformers, scikit-learn and what they import) go into $(EXTRAS), a
+# folder apart that only the tests and scripts needing them put on their path
+# (tests/conftest.py `extras`, bench/extras.py). Every other process then sees what a
+# user's install gives it: in the venv, spacy-transformers' spaCy entry points would
+# import it (and transformers) in every process that builds a pipeline, ~6 s each, and
+# scikit-learn would be imported by transformers' generation module, ~2 s more.
+# They go in without dependencies (they would move torch and numpy), at versions
+# tested together; transformers stays in the range spacy-transformers accepts.
+EXTRAS := $(VENV)/extras
+EXTRA_PACKAGES := spacy-transformers==1.4.0 spacy-alignments==0.9.3 \
+	sentence-transformers==6.2.0 scikit-learn==1.9.1 scipy==1.17.1 joblib==1.6.0 \
+	threadpoolctl==3.8.0
 $(RUN_STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
@@ -24,8 +35,9 @@ $(RUN_STAMP): setup.cfg pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --no-deps sentence-transformers==6.2.0
-	$(BIN)/python -m pip install -e ".[dev,baseline,ray,similar]" "scikit-learn>=1.3"
+	$(BIN)/python -m pip install -e ".[dev,ray,similar]" "transformers<4.53.3"
+	rm -rf $(EXTRAS)
+	$(BIN)/python -m pip install --no-deps --target $(EXTRAS) $(EXTRA_PACKAGES)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import extras  # bench/extras.py: the references apart (Makefile)
 import numpy
 import spacy
 import typer
@@ -51,6 +52,8 @@ from spacy_bert_pipes.models.heads.scope import (
     mahalanobis_scores,
     unit_rows,
 )
+
+extras.use()  # scikit-learn
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

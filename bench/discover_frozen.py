@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
+import extras  # bench/extras.py: the references apart (Makefile)
 import numpy
 import typer
 
@@ -34,6 +35,8 @@ from spacy_bert_pipes.discover import (
     kmeans_clusters,
     score_clusters,
 )
+
+extras.use()  # scikit-learn (k-means, the scores)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "clinc150" / "data_full.json"

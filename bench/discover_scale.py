@@ -59,11 +59,14 @@ import numpy
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import extras  # bench/extras.py: the references apart (Makefile)
 import speed  # noqa: E402  (bench/speed.py, beside this script: its machine())
 
 from spacy_bert_pipes.convert.banking77_oos import sha256  # noqa: E402
 from spacy_bert_pipes.discover import SUMMARY, frozen_vectors  # noqa: E402
 from spacy_bert_pipes.io.output import OutputColumns, VectorColumn, concatenate, write_rows  # noqa: E402
+
+extras.use()  # scikit-learn, for `discover --clusters`
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "clinc150" / "data_full.json"

@@ -23,8 +23,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
+import extras  # bench/extras.py: the references apart (Makefile)
 import numpy
 import typer
+
+extras.use()  # sentence-transformers
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets"

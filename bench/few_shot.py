@@ -33,6 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import extras  # bench/extras.py: the references apart (Makefile)
 import numpy
 import spacy
 import torch
@@ -41,6 +42,8 @@ from spacy.cli.train import train as spacy_train
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from thinc.api import Config
+
+extras.use()  # scikit-learn
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "banking77"

@@ -6,7 +6,8 @@
 # step, so a call that is cut off still brings back what its finished steps
 # measured.
 #
-#   ../shared/tools/gpu-bundle                     # here, after `make install`
+#   PYTHONPATH=.venv/extras ../shared/tools/gpu-bundle  # here, after `make install`
+#       (.venv/extras holds spacy-transformers, which the bundle pins from the venv)
 #   PY=.venv/bin/python PREPARE=1 bash bench/gpu.sh  # here: the corpus into .gpu/corpus
 #   bash bench/gpu.sh                              # there, from the project's root
 #

@@ -35,8 +35,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import extras  # bench/extras.py: the references apart (Makefile)
 import numpy
 import typer
+
+extras.use()  # scikit-learn and sentence-transformers
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets"

@@ -69,7 +69,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple
 
+import extras  # bench/extras.py: the references apart (Makefile)
 import typer
+
+extras.use()  # spacy-transformers, the baseline
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets"

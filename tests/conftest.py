@@ -5,6 +5,7 @@ the real pretrained encoder and datasets, tests marked `gpu` need CUDA.
 """
 
 import os
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -25,6 +26,29 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(int(threads))
+
+
+# The references some tests compare with (spacy-transformers, sentence-transformers,
+# scikit-learn): `make install` puts them in the venv's `extras` folder, apart, so that
+# the many processes the tests start import only what a user's install gives them.
+EXTRAS = Path(sys.prefix) / "extras"
+
+
+@pytest.fixture(scope="module")
+def extras() -> Iterator[None]:
+    """The references on this process's path and on its commands' (PYTHONPATH), for
+    one test module; what it imported stays imported (a spaCy factory or architecture
+    of spacy-transformers needs `import spacy_transformers`: spaCy read the entry points
+    before). Without the folder (another install), they are wherever that install put
+    them."""
+    if not EXTRAS.is_dir():
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(EXTRAS))
+        path = os.environ.get("PYTHONPATH")
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(EXTRAS), path])))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -69,7 +69,7 @@ def test_small_pools_duplicates_and_disconnected_groups() -> None:
         density_clusters(a, min_cluster_size=1)
 
 
-def test_kmeans_k_clusters_small_ones_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kmeans_k_clusters_small_ones_noise(monkeypatch: pytest.MonkeyPatch, extras: None) -> None:
     pytest.importorskip("sklearn")
     unit, truth = blobs(seed=3, n_noise=0)
     labels = kmeans_clusters(unit, 6, seed=0)

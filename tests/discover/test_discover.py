@@ -127,7 +127,7 @@ def test_ambiguous_docs_join_when_asked(annotations: Path) -> None:
     assert sizes == sorted(sizes, reverse=True) and len(sizes) == 3
 
 
-def test_k_clusters(annotations: Path) -> None:
+def test_k_clusters(annotations: Path, extras: None) -> None:
     pytest.importorskip("sklearn")
     found = discover(annotations, n_clusters=3, min_cluster_size=2, seed=1)
     assert found.summary["clusters"] == 3 and found.summary["method"] == "k-means, 3 clusters"

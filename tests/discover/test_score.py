@@ -36,7 +36,7 @@ def test_discovered_intents() -> None:
         discovered_intents(["a", "a", "b"], [0, 0])
 
 
-def test_score_clusters() -> None:
+def test_score_clusters(extras: None) -> None:
     pytest.importorskip("sklearn")
     perfect = score_clusters(["a", "a", "b", "b"], [5, 5, 7, 7])
     assert perfect == {
@@ -89,7 +89,7 @@ def test_frozen_vectors(tiny_bert: Path) -> None:
     assert numpy.allclose(unit[0], unit[2]) and not numpy.allclose(unit[0], unit[1])
 
 
-def test_baseline_clusters() -> None:
+def test_baseline_clusters(extras: None) -> None:
     pytest.importorskip("sklearn")
     rng = numpy.random.default_rng(0)
     centers = numpy.eye(8)[:3]

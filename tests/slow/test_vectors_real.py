@@ -37,7 +37,7 @@ def real_texts(
 
 
 @pytest.fixture(scope="module")
-def sentence_transformer():  # type: ignore[no-untyped-def]
+def sentence_transformer(extras: None):  # type: ignore[no-untyped-def]
     st = pytest.importorskip(
         "sentence_transformers", reason="pip install --no-deps sentence-transformers"
     )

@@ -15,7 +15,12 @@ from spacy.util import registry
 from spacy_bert_pipes.models.encoder.trf import wordpiece_rows
 from spacy_bert_pipes.models.types import DocEncodingGrad
 
-pytest.importorskip("spacy_transformers")
+
+@pytest.fixture(scope="module", autouse=True)
+def spacy_transformers(extras: None) -> None:
+    """Imported, so that spaCy knows its factory and architectures."""
+    pytest.importorskip("spacy_transformers")
+
 
 TRF_ENCODER = {"@architectures": "spacy-bert-pipes.TrfListenerEncoder.v1", "upstream": "*"}
 # Small windows, so that a sentence already spans several overlapping windows.

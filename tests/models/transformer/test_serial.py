@@ -126,8 +126,9 @@ def test_tokenizer_config_cannot_point_at_files(
 
 
 @pytest.fixture(scope="module")
-def trf_pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trf_pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory, extras: None) -> Path:
     """A spacy-transformers `transformer` pipe with a bert_textcat listening to it."""
+    pytest.importorskip("spacy_transformers")
     nlp = spacy.blank("en")
     model = {
         "@architectures": "spacy-transformers.TransformerModel.v3",
