@@ -19,12 +19,15 @@ dev corpora. Every example's docs carry their source's name in `doc._.bert_pipes
 When sampling, the sources' files are read once per `nlp` object and every call
 yields copies of those examples: spaCy's initialization calls a train corpus once
 per component that looks at the data, and reading a corpus of requests with their
-gold answers costs several times what copying its examples does.
+gold answers costs several times what copying its examples does. `spacy train`
+makes the reader twice (to initialize, then for the loop), with the same `nlp`:
+the second reader takes the first one's examples while the files are unchanged.
 """
 
 import random
+import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from spacy.training import Corpus, Example
 from spacy.util import registry
@@ -36,6 +39,12 @@ if TYPE_CHECKING:
     from spacy.language import Language
 
 READER = "spacy-bert-pipes.MultiCorpus.v1"
+
+# Each nlp object's sources as read: (path, its files' sizes and times, max_length,
+# limit) -> the examples. Entries go with their nlp object.
+_READ: "weakref.WeakKeyDictionary[Language, Dict[Tuple[Any, ...], List[Example]]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @registry.readers(READER)
@@ -158,9 +167,13 @@ class MultiCorpus:
         """Every source's examples, read from its files at the first call with `nlp`."""
         if self._read_for is not nlp:
             self._examples = {}
+            read = _READ.setdefault(nlp, {})
             for name, corpus in self.sources.items():
-                with decoders_looked_up_once():
-                    self._examples[name] = list(corpus(nlp))
+                key = (str(corpus.path), _stamp(corpus.path), corpus.max_length, corpus.limit)
+                if key not in read:
+                    with decoders_looked_up_once():
+                        read[key] = list(corpus(nlp))
+                self._examples[name] = read[key]
                 if not self._examples[name]:
                     raise self._empty(name)
             self._read_for = nlp
@@ -212,6 +225,12 @@ class MultiCorpus:
             for i in order[offset:]:
                 yield examples[i].copy()
             cycle, offset = cycle + 1, 0
+
+
+def _stamp(path: Path) -> Tuple[Tuple[str, int, int], ...]:
+    """Name, size and modification time of each `.spacy` file the path holds."""
+    files = sorted(path.rglob("*.spacy")) if path.is_dir() else [path]
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
 
 
 def _with_source(eg: Example, name: str) -> Example:

@@ -153,6 +153,35 @@ def test_the_files_are_read_once_per_nlp_and_copies_yielded(tmp_path: Path, nlp:
     assert {eg.reference.text for eg in other} == {"another text"}
 
 
+def test_a_second_reader_of_the_same_files_and_nlp_reads_nothing(
+    tmp_path: Path, nlp: Language, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`spacy train` makes the reader twice (initialize, then the loop): the
+    second takes the first one's examples, unless a file changed meanwhile."""
+    path = tmp_path / "a.spacy"
+    DocBin(docs=[nlp.make_doc(f"query number a{i} here") for i in range(4)]).to_disk(path)
+    opened: List[str] = []
+    from_disk = DocBin.from_disk
+
+    def counted(self: DocBin, path: Path) -> DocBin:
+        opened.append(str(path))
+        return from_disk(self, path)
+
+    monkeypatch.setattr(DocBin, "from_disk", counted)
+    first = read(MultiCorpus({"A": str(path)}, epoch_size=4), nlp)
+    second = read(MultiCorpus({"B": str(path)}, epoch_size=4, seed=3), nlp)
+    assert opened == [str(path)]
+    assert sorted(map(mark, second)) == sorted(map(mark, first))
+    assert not {id(eg) for eg in first} & {id(eg) for eg in second}
+    # another limit, or another nlp object, reads the file
+    assert len(read(MultiCorpus({"A": str(path)}, epoch_size=4, limit=2), nlp)) == 4
+    read(MultiCorpus({"A": str(path)}, epoch_size=4), spacy.blank("en"))
+    assert len(opened) == 3
+    DocBin(docs=[nlp.make_doc("another text")]).to_disk(path)  # a new file
+    changed = read(MultiCorpus({"A": str(path)}, epoch_size=4), nlp)
+    assert {eg.reference.text for eg in changed} == {"another text"} and len(opened) == 4
+
+
 def test_shuffle_false_reads_every_doc_once_in_order(
     corpora: Dict[str, str], nlp: Language
 ) -> None:
