@@ -23,7 +23,17 @@ def debug_config(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture
+def references(request: pytest.FixtureRequest, path: Path) -> None:
+    """A config naming spacy-transformers gets it imported (the `extras` fixture):
+    spaCy then knows its factory and architectures."""
+    if "spacy-transformers." in path.read_text(encoding="utf8"):
+        request.getfixturevalue("extras")
+        pytest.importorskip("spacy_transformers")
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+@pytest.mark.usefixtures("references")
 def test_debug_config_passes_as_shipped(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A filled config: `spacy debug config` builds the pipeline and resolves
     [initialize], [training] and the corpora with no override. In this process
@@ -47,6 +57,7 @@ def test_debug_config_shows_functions() -> None:
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+@pytest.mark.usefixtures("references")
 def test_config_builds_and_initializes(path: Path, tiny_bert: Path) -> None:
     config = load_config(path, overrides={"paths.encoder": str(tiny_bert)}, interpolate=True)
     for _name, component in config["components"].items():

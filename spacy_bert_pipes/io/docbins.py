@@ -7,13 +7,29 @@ call, so reading 8,000 Restaurant-8k requests with their gold answers spends
 ~12 s on that lookup alone. Within `decoders_looked_up_once()` the lookup is
 done once, on entry: the same decoders, as long as none is registered meanwhile
 (nothing registers one while a corpus is read).
+
+The reader `spacy-bert-pipes.Corpus.v1` is `spacy.Corpus.v1` (the same settings and
+examples) reading within such blocks, a thousand docs at a time: the training
+configs whose corpora carry user data (`configs/qa*.cfg`) use it.
 """
 
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Union
 
 import srsly.msgpack
+from spacy.tokens import Doc
+from spacy.training import Corpus, Example
+from spacy.util import registry
+
+if TYPE_CHECKING:
+    from spacy.language import Language
+    from spacy.vocab import Vocab
+
+READER = "spacy-bert-pipes.Corpus.v1"
+DOCS_PER_LOOKUP = 1000
 
 _lock = threading.Lock()
 _depth = 0
@@ -36,3 +52,33 @@ def decoders_looked_up_once() -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 del registry.get_all  # the class's method again
+
+
+@registry.readers(READER)
+def create_corpus_reader(
+    path: Optional[Union[str, Path]],
+    gold_preproc: bool = False,
+    max_length: int = 0,
+    limit: int = 0,
+    augmenter: Optional[Callable] = None,
+) -> Callable[["Language"], Iterable[Example]]:
+    """`spacy.Corpus.v1`, its docs' user data read with the decoders looked up once
+    a thousand docs (module docstring). The settings are spaCy's."""
+    if path is None:
+        raise ValueError(f"{READER}: path is null: name a .spacy file or a folder of them")
+    return UserDataCorpus(
+        path, gold_preproc=gold_preproc, max_length=max_length, limit=limit, augmenter=augmenter
+    )
+
+
+class UserDataCorpus(Corpus):
+    """spaCy's `Corpus`, reading its DocBins within `decoders_looked_up_once()`."""
+
+    def read_docbin(self, vocab: "Vocab", locs: Iterable[Union[str, Path]]) -> Iterator[Doc]:
+        docs = super().read_docbin(vocab, locs)
+        while True:
+            with decoders_looked_up_once():
+                batch = list(islice(docs, DOCS_PER_LOOKUP))
+            if not batch:
+                return
+            yield from batch

@@ -4,8 +4,9 @@ import pytest
 import spacy
 import srsly.msgpack
 from spacy.tokens import DocBin
+from spacy.util import registry
 
-from spacy_bert_pipes.io.docbins import decoders_looked_up_once
+from spacy_bert_pipes.io.docbins import READER, create_corpus_reader, decoders_looked_up_once
 
 
 def write_docs(path: Path, n: int) -> Path:
@@ -71,3 +72,37 @@ def test_the_lookup_comes_back_after_an_error(tmp_path: Path) -> None:
         with decoders_looked_up_once():
             raise ValueError("a bad doc")
     assert "get_all" not in vars(srsly.msgpack.msgpack_decoders)
+
+
+def test_the_reader_gives_spacys_examples_with_one_lookup_a_thousand_docs(
+    tmp_path: Path, lookups: list
+) -> None:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write_docs(folder / "a.spacy", 1500)
+    write_docs(folder / "b.spacy", 30)
+    nlp = spacy.blank("en")
+
+    def examples(reader: str, **settings: int) -> list:
+        config = {"@readers": reader, "path": str(folder), "gold_preproc": False, **settings}
+        corpus = registry.resolve({"c": config})
+        return [
+            (eg.reference.text, dict(eg.reference.user_data), eg.predicted.text)
+            for eg in corpus["c"](nlp)
+        ]
+
+    lookups.clear()
+    ours = examples(READER)
+    assert len(lookups) == 3  # 1,530 docs: two blocks of at most a thousand, one empty
+    spacys = examples("spacy.Corpus.v1")
+    assert len(lookups) > 1500
+    assert ours == spacys and len(ours) == 1530
+    assert ours[1500][1]["answers"] == {"slot": (0, 1), "text": "number 0"}  # b.spacy
+    # limit counts over the files, as spaCy's
+    assert examples(READER, limit=1510) == examples("spacy.Corpus.v1", limit=1510)
+    assert len(examples(READER, limit=1510)) == 1510
+
+
+def test_the_reader_names_a_missing_path() -> None:
+    with pytest.raises(ValueError, match=r"spacy-bert-pipes.Corpus.v1: path is null"):
+        create_corpus_reader(None)
