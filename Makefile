@@ -25,7 +25,7 @@ RUN_STAMP := $(VENV)/.installed-run
 EXTRAS := $(VENV)/extras
 EXTRA_PACKAGES := spacy-transformers==1.4.0 spacy-alignments==0.9.3 \
 	sentence-transformers==6.2.0 scikit-learn==1.9.1 scipy==1.17.1 joblib==1.6.0 \
-	threadpoolctl==3.8.0
+	threadpoolctl==3.8.0 cloudpickle==3.1.3 narwhals==2.29.0
 $(RUN_STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip

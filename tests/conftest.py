@@ -4,6 +4,7 @@ Unit tests never touch the network or the real encoder; tests marked `slow` use
 the real pretrained encoder and datasets, tests marked `gpu` need CUDA.
 """
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # scikit-learn): `make install` puts them in the venv's `extras` folder, apart, so that
 # the many processes the tests start import only what a user's install gives them.
 EXTRAS = Path(sys.prefix) / "extras"
+REFERENCES = ("spacy_transformers", "sentence_transformers", "sklearn.cluster", "sklearn.metrics")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,11 @@ def extras() -> Iterator[None]:
         patch.syspath_prepend(str(EXTRAS))
         path = os.environ.get("PYTHONPATH")
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(EXTRAS), path])))
+        for name in REFERENCES:  # a broken folder fails here, not as skipped tests
+            try:
+                importlib.import_module(name)
+            except ImportError as error:
+                pytest.fail(f"{EXTRAS}: import {name}: {error} (run `make install` again)")
         yield
 
 
