@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Union
 import srsly.msgpack
 from spacy.tokens import Doc
 from spacy.training import Corpus, Example
-from spacy.util import registry
+from spacy.util import registry as spacy_registry
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -54,7 +54,7 @@ def decoders_looked_up_once() -> Iterator[None]:
                 del registry.get_all  # the class's method again
 
 
-@registry.readers(READER)
+@spacy_registry.readers(READER)
 def create_corpus_reader(
     path: Optional[Union[str, Path]],
     gold_preproc: bool = False,
