@@ -6,6 +6,7 @@ committed once. Both give the local engine's bytes."""
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,14 +42,20 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`ray start --head --num-cpus 2` on a free port, for the module; its
-    address. Stopped by ending that `ray start --block` process (which stops
-    what it started), not with `ray stop`, which would stop every Ray on the
-    machine."""
+    """`ray start --head --num-cpus 2` on a free port, for the module; the
+    Ray temp dir it notes itself in (`RAY_TMPDIR`). Its own dir, not
+    /tmp/ray: `ray start` writes its address there for every later
+    `ray.init()` without an address to find, and another test's local Ray
+    would then refuse its num_cpus. Stopped by ending that `ray start
+    --block` process (which stops what it started), not with `ray stop`,
+    which would stop every Ray on the machine."""
     port = free_port()
     log = tmp_path_factory.mktemp("ray") / "ray_start.log"
+    # Short: Ray's sockets live under it, and a socket path has ~107 bytes.
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["RAY_TMPDIR"] = ray_tmp
     ray_cli = Path(sys.executable).with_name("ray")
     command = [str(ray_cli), "start", "--head", "--num-cpus", "2", "--port", str(port)]
     with log.open("wb") as file_:
@@ -65,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"ray start failed:\n{log.read_text(errors='replace')}")
             time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
+        yield ray_tmp
     finally:
         process.terminate()
         try:
@@ -73,11 +80,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        # Where `ray start` notes its cluster for `ray.init()` to find: left
-        # naming a dead cluster, it would break every later local ray.init.
-        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-        if current.exists() and current.read_text().strip().endswith(f":{port}"):
-            current.unlink()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +129,7 @@ def test_attaches_without_an_address_and_survives_a_killed_worker(
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack tests/
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", cluster)  # where the cluster noted its address
     input_path = write_input(tmp_path / "in.jsonl", 60)
     options = AnnotateOptions(chunk_size=10)
     expected = tmp_path / "local" / "out.jsonl"

@@ -270,7 +270,7 @@ def local_ray() -> Iterator[None]:
 
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init("local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     yield
     ray.shutdown()
 
