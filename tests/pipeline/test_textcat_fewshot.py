@@ -240,6 +240,54 @@ def test_few_shot_training_fits_the_examples(tiny_bert: Path, contrastive_weight
     assert all(top(nlp, text) == gold for text, gold in TRAIN_TEXTS)
 
 
+def test_vector_anchor_keeps_the_sentence_vectors_near_the_start(tiny_bert: Path) -> None:
+    """The same training with and without vector_anchor: anchored, the docs'
+    sentence vectors end nearer where the loaded encoder had them, and the
+    classifier still fits; the teacher itself does not move."""
+    texts = [text for text, _ in TRAIN_TEXTS] + ["hello there world", "exchange my card"]
+    drift = {}
+    for anchor in (0.0, 5.0):
+        nlp = make_nlp(tiny_bert, vector_anchor=anchor)
+        examples = textcat_examples(nlp)
+        optimizer = nlp.initialize(lambda examples=examples: examples)
+        optimizer.learn_rate = 2e-3
+        textcat = nlp.get_pipe("bert_textcat")
+        start = textcat.prototypes.sentence_vectors([nlp.make_doc(t) for t in texts])
+        for _ in range(40):
+            nlp.update(examples, sgd=optimizer)
+        end = textcat.prototypes.sentence_vectors([nlp.make_doc(t) for t in texts])
+        drift[anchor] = float((1 - (start * end).sum(axis=1)).mean())
+        assert all(top(nlp, text) == gold for text, gold in TRAIN_TEXTS)
+        if anchor:
+            teacher = textcat._vector_teacher()
+            assert teacher is not None
+            kept = teacher.predict([nlp.make_doc(t) for t in texts])
+            assert numpy.allclose(kept, start, atol=1e-5)
+    assert drift[0.0] > 0.01
+    assert drift[5.0] < drift[0.0] / 2, drift
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        ({"vector_anchor": -1.0}, "vector_anchor must be >= 0"),
+        ({"vector_anchor": 1.0, "prototype": False}, "needs a spacy-bert-pipes.PrototypeCatModel"),
+    ],
+)
+def test_vector_anchor_settings_are_checked(tiny_bert: Path, settings: dict, message: str) -> None:
+    settings = dict(settings)
+    nlp = spacy.blank("en")
+    model = {
+        "@architectures": "spacy-bert-pipes.PrototypeCatModel.v1"
+        if settings.pop("prototype", True)
+        else "spacy-bert-pipes.TextCatModel.v1",
+        "exclusive_classes": True,
+        "encoder": {"@architectures": "spacy-bert-pipes.BertEncoder.v2", **SMALL_ENCODER},
+    }
+    with pytest.raises(Exception, match=message):
+        nlp.add_pipe("bert_textcat", config={"model": model, **settings})
+
+
 def test_save_load_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
     nlp = make_nlp(tiny_bert, label_descriptions=DESCRIPTIONS)
     nlp.initialize()

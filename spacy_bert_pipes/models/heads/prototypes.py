@@ -419,3 +419,33 @@ def contrastive_loss(
     d_z = (p - q) * anchors[:, None] / n_anchors  # (n_docs, n_docs)
     d_vectors = (d_z + d_z.T) @ vectors / temperature
     return loss, d_vectors.astype("f")
+
+
+def anchor_to_teacher(vectors: Array, teacher: Array, weight: float) -> Tuple[float, Array]:
+    """weight * mean over the docs of (1 - cos(s, t)) between each doc's unit
+    sentence vector s from the encoder in training and t from a frozen copy of
+    it as training started (both unit: cos = s . t): the fine-tuned geometry
+    kept near the pretrained one, where queries of intents never trained on
+    stay apart from the known ones.
+
+    RETURNS: the loss, and its gradient with respect to s. (n_docs, width)
+    """
+    xp = get_array_module(vectors)
+    n = max(len(vectors), 1)
+    loss = float(weight * (1.0 - (vectors * teacher).sum(axis=1)).sum() / n)
+    return loss, xp.asarray(-weight * teacher / n, dtype="f")
+
+
+def uniform_target_loss(probs: Array, weight: float) -> Tuple[float, Array]:
+    """weight * the mean cross-entropy of softmax probabilities against the
+    uniform distribution over the labels (outlier exposure: docs of no label
+    should favour none).
+
+    RETURNS: the loss, and its gradient with respect to the logits. (n_docs, n_labels)
+    """
+    xp = get_array_module(probs)
+    n, k = probs.shape
+    if n == 0:
+        return 0.0, xp.zeros_like(probs)
+    loss = float(-weight * xp.log(xp.maximum(probs, 1e-30)).mean())
+    return loss, xp.asarray(weight * (probs - 1.0 / k) / n, dtype="f")

@@ -10,6 +10,7 @@ from spacy.training import Example
 from thinc.api import Model, NumpyOps
 
 from spacy_bert_pipes.models.heads.prototypes import (
+    anchor_to_teacher,
     calibrate_scale,
     contrastive_loss,
     cosine_output,
@@ -65,6 +66,20 @@ def test_contrastive_loss_without_pairs_is_zero() -> None:
     vectors = unit(numpy.eye(3, dtype="f"))
     loss, grad = contrastive_loss(vectors, [0, 1, -1], 0.1)
     assert loss == 0.0 and not grad.any()
+
+
+def test_anchor_to_teacher_gradient_and_pull() -> None:
+    rng = numpy.random.default_rng(2)
+    vectors = unit(rng.normal(size=(5, 4))).astype("f8")
+    teacher = unit(rng.normal(size=(5, 4))).astype("f8")
+    loss, grad = anchor_to_teacher(vectors, teacher, 0.5)
+    expected = numeric_grad(lambda v: anchor_to_teacher(v, teacher, 0.5)[0], vectors.copy())
+    assert loss == pytest.approx(0.5 * float((1 - (vectors * teacher).sum(axis=1)).mean()))
+    assert grad == pytest.approx(expected, abs=1e-4)
+    for _ in range(100):  # gradient steps on the unit sphere end at the teacher
+        vectors = unit(vectors - 0.5 * anchor_to_teacher(vectors, teacher, 1.0)[1])
+    assert anchor_to_teacher(vectors, teacher, 1.0)[0] < 1e-3
+    assert anchor_to_teacher(teacher, teacher, 1.0)[0] == pytest.approx(0.0, abs=1e-7)
 
 
 def test_cosine_output_gradients() -> None:
