@@ -30,7 +30,6 @@ from typing import (
     Any,
     Callable,
     Dict,
-    FrozenSet,
     List,
     Optional,
     Protocol,
@@ -58,9 +57,7 @@ from ..models.heads.prototypes import (
     remember_examples,
     self_trained_prototypes,
     store_prototypes,
-    uniform_target_loss,
 )
-from .near_miss import without_keywords
 from .textcat_scope import ScopeRouter
 from .textcat_targets import gold_targets
 
@@ -402,16 +399,13 @@ class LabelPrototypes:
         sgd: Optional[Optimizer],
         losses: Dict[str, float],
         teacher: Optional[Model] = None,
-        keywords: Optional[List[FrozenSet[str]]] = None,
     ) -> Dict[str, float]:
         """One update: the classifier's loss (`get_loss`) plus contrastive_weight
         times the pair loss over the batch's sentence vectors, docs of the same
         label being the positive pairs (exclusive: the gold label; multi-label: a
         doc's first gold label), plus vector_anchor times the anchor loss to
         `teacher`'s sentence vectors (a frozen copy of the body: required when
-        vector_anchor > 0), plus near_miss_weight times the loss that trains
-        the batch's docs without their label's `keywords` towards no label
-        (exclusive classes; `near_miss.py`). With example_weight, after the step the batch's
+        vector_anchor > 0). With example_weight, after the step the batch's
         docs and its labels' descriptions are encoded again as prediction encodes
         them (no dropout, no gradient) and remembered as their latest vectors."""
         losses.setdefault(self.name, 0.0)
@@ -439,7 +433,6 @@ class LabelPrototypes:
             anchor_loss, d_anchor = anchor_to_teacher(vectors, teacher.predict(docs), anchor)
             d_vectors = d_vectors + d_anchor
         backprop_body(d_vectors)
-        near_miss_loss = self.near_miss_update(examples, positive, keywords)
         if sgd is not None:
             self.model.finish_update(sgd)
         if output.attrs.get("example_weight", 0.0):
@@ -448,40 +441,8 @@ class LabelPrototypes:
             self.remember([eg.reference for eg in examples], body.predict(docs), positive)
             labels = [self.labels[j] for j in numpy.flatnonzero(positive.sum(axis=0))]
             self.remember_descriptions(labels, self.descriptions())
-        losses[self.name] += loss + weight * pair_loss + anchor_loss + near_miss_loss
+        losses[self.name] += loss + weight * pair_loss + anchor_loss
         return losses
-
-    def near_miss_update(
-        self,
-        examples: List[Example],
-        positive: numpy.ndarray,
-        keywords: Optional[List[FrozenSet[str]]],
-    ) -> float:
-        """With near_miss_weight, the gradient (not the step) of the loss that
-        trains each doc of the batch without its gold label's keywords towards
-        no label; the loss."""
-        weight = float(self.cfg.get("near_miss_weight") or 0.0)
-        if weight <= 0:
-            return 0.0
-        if keywords is None or len(keywords) != len(self.labels):
-            raise ValueError(
-                f"'{self.name}': near_miss_weight needs the labels' keywords, found by "
-                "initialize from its examples: initialize the pipeline before training"
-            )
-        near_misses = []
-        for eg, row in zip(examples, positive):
-            if row.max() >= 0.5:
-                doc = without_keywords(eg.predicted, keywords[int(numpy.argmax(row))])
-                if doc is not None:
-                    near_misses.append(doc)
-        if not near_misses:
-            return 0.0
-        body, output = self.model.get_ref("body"), self.model.get_ref("output")
-        vectors, backprop_body = body.begin_update(near_misses)
-        probs, backprop_output = output.begin_update(vectors)
-        loss, d_logits = uniform_target_loss(probs, weight)
-        backprop_body(backprop_output(d_logits))
-        return loss
 
 
 def stable_key(text: str) -> int:

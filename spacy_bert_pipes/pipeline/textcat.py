@@ -11,7 +11,6 @@ from typing import (
     Any,
     Callable,
     Dict,
-    FrozenSet,
     Iterable,
     Iterator,
     List,
@@ -50,7 +49,6 @@ from .label_prototypes import (
     check_label,
     read_label_descriptions,
 )
-from .near_miss import label_keywords
 from .settings import ConfiguredPipe
 from .textcat_scope import (
     Prepare,
@@ -94,7 +92,6 @@ PROTOTYPE_SETTINGS: Dict[str, Any] = {
     "contrastive_weight": 0.0,
     "contrastive_temperature": 0.1,
     "vector_anchor": 0.0,
-    "near_miss_weight": 0.0,
 }
 # adapt_to_texts uses only the docs routed with at least this confidence when the
 # component has no oos_threshold (docs/few_shot.md; bench/route_adapt.py)
@@ -156,7 +153,6 @@ def make_bert_textcat(
     contrastive_weight: float,
     contrastive_temperature: float,
     vector_anchor: float,
-    near_miss_weight: float,
 ) -> "BertTextCategorizer":
     """Classify documents with a BERT encoder; writes probabilities to `doc.cats`.
 
@@ -215,11 +211,6 @@ def make_bert_textcat(
     vector_anchor (float): Weight of a loss that keeps each doc's sentence
         vector near the one a frozen copy of the encoder (as training started)
         gives it: weight * mean(1 - cos); 0 lets fine-tuning move them freely.
-    near_miss_weight (float): Exclusive classes: weight of a loss that trains
-        each training doc without its label's keywords (the words that set the
-        label's docs apart, found by initialize) towards no label, so that
-        queries worded like a known intent without being one are not routed
-        with confidence (pipeline/near_miss.py); 0: no such loss.
     """
     return BertTextCategorizer(
         nlp.vocab,
@@ -241,7 +232,6 @@ def make_bert_textcat(
         contrastive_weight=contrastive_weight,
         contrastive_temperature=contrastive_temperature,
         vector_anchor=vector_anchor,
-        near_miss_weight=near_miss_weight,
     )
 
 
@@ -293,20 +283,7 @@ class BertTextCategorizer(ConfiguredPipe):
                 f"[components.{name}] vector_anchor needs a spacy-bert-pipes.PrototypeCatModel.v1 "
                 "model (with a TextCatModel, set vector_anchor on the shared bert_encoder)"
             )
-        if not float(cfg["near_miss_weight"]) >= 0:
-            raise ValueError(
-                f"[components.{name}] near_miss_weight must be >= 0: {cfg['near_miss_weight']}"
-            )
-        if cfg["near_miss_weight"] and not (
-            model.attrs.get("prototypes", False) and model.attrs["exclusive_classes"]
-        ):
-            raise ValueError(
-                f"[components.{name}] near_miss_weight needs a spacy-bert-pipes."
-                "PrototypeCatModel.v1 model with exclusive_classes = true"
-            )
         self._teacher: Optional[Model] = None  # vector_anchor: the body as training starts
-        # near_miss_weight: each label's keywords, found by initialize (not saved)
-        self._keywords: Optional[List[FrozenSet[str]]] = None
         check_scope_settings(
             name,
             cfg["oos_method"],
@@ -476,7 +453,6 @@ class BertTextCategorizer(ConfiguredPipe):
                 sgd=sgd,
                 losses=losses,
                 teacher=self._vector_teacher(),
-                keywords=self._keywords,
             )
         return train_step(
             self,
@@ -616,11 +592,6 @@ class BertTextCategorizer(ConfiguredPipe):
             imported.set_weights(self.model)
         if self.has_prototypes:
             self.prototypes.set_prototypes(examples)
-        if self.cfg["near_miss_weight"]:
-            truths, _ = self.truths(examples)
-            ids = [int(numpy.argmax(row)) if row.max() >= 0.5 else -1 for row in truths]
-            docs = [eg.reference for eg in examples]
-            self._keywords = label_keywords(docs, ids, len(self.labels))
 
     def _labels_of_one_source(self, examples: List[Example]) -> Set[str]:
         """Every label in the examples' `cats`, which must come from one corpus:

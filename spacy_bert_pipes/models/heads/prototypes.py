@@ -434,18 +434,3 @@ def anchor_to_teacher(vectors: Array, teacher: Array, weight: float) -> Tuple[fl
     n = max(len(vectors), 1)
     loss = float(weight * (1.0 - (vectors * teacher).sum(axis=1)).sum() / n)
     return loss, xp.asarray(-weight * teacher / n, dtype="f")
-
-
-def uniform_target_loss(probs: Array, weight: float) -> Tuple[float, Array]:
-    """weight * the mean cross-entropy of softmax probabilities against the
-    uniform distribution over the labels (outlier exposure: docs of no label
-    should favour none).
-
-    RETURNS: the loss, and its gradient with respect to the logits. (n_docs, n_labels)
-    """
-    xp = get_array_module(probs)
-    n, k = probs.shape
-    if n == 0:
-        return 0.0, xp.zeros_like(probs)
-    loss = float(-weight * xp.log(xp.maximum(probs, 1e-30)).mean())
-    return loss, xp.asarray(weight * (probs - 1.0 / k) / n, dtype="f")
