@@ -26,18 +26,7 @@ One concept: a label as a prototype, from its setting to its vector.
 import hashlib
 import json
 from pathlib import Path
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    List,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-    Union,
-    cast,
-)
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union, cast
 
 import numpy
 from spacy.language import Language
