@@ -187,7 +187,13 @@ def is_cupy(xp: Any) -> bool:
 def segment_sums(xp: Any, rows: Any, counts: numpy.ndarray) -> Any:
     """Sums of consecutive runs of `counts[i]` rows of a (n_rows, width) array
     (numpy or cupy), zeros for an empty run, adding rows in order as
-    `rows[a:b].sum(axis=0)` does. (len(counts), width)"""
+    `rows[a:b].sum(axis=0)` does. (len(counts), width)
+
+    On cupy, one thread per output value adds its run's rows in order
+    (`_ordered_segment_sum`): the same additions as on numpy, whatever the docs
+    around. `cupyx.scatter_add` (atomic adds, in whatever order the threads
+    arrive) gave another last bit from run to run on a GPU, so the same
+    collection came out as other bytes."""
     counts = numpy.asarray(counts)
     out = xp.zeros((len(counts), rows.shape[1]), dtype=rows.dtype)
     has = counts > 0
@@ -200,11 +206,41 @@ def segment_sums(xp: Any, rows: Any, counts: numpy.ndarray) -> Any:
         for i in numpy.flatnonzero(has).tolist():
             out[i] = rows[bounds[i] - int(counts[i]) : bounds[i]].sum(axis=0)
     else:
-        import cupyx
-
-        segment = numpy.repeat(numpy.arange(len(counts)), counts)
-        cupyx.scatter_add(out, xp.asarray(segment), rows)
+        starts = numpy.concatenate(([0], numpy.cumsum(counts)[:-1])).astype("int64")
+        _ordered_segment_sum()(
+            xp.ascontiguousarray(rows),
+            xp.asarray(starts),
+            xp.asarray(counts.astype("int64")),
+            int(rows.shape[1]),
+            out,
+        )
     return out
+
+
+@functools.cache
+def _ordered_segment_sum() -> Any:
+    """A cupy kernel over `out` (n_runs, width), zeros to start with: each value
+    of a non-empty run becomes the sum of its column over the run's rows, added
+    one row after the other (compiled once)."""
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "raw T rows, raw int64 starts, raw int64 counts, int64 width",
+        "T out",
+        """
+        const long long run = i / width;
+        const long long first = starts[run] * width + i % width;
+        const long long n = counts[run];
+        if (n > 0) {
+            T sum = rows[first];
+            for (long long k = 1; k < n; ++k) {
+                sum = sum + rows[first + k * width];
+            }
+            out = sum;
+        }
+        """,
+        "spacy_bert_pipes_ordered_segment_sum",
+    )
 
 
 def copy_rows(xp: Any, dest: Any, dest_rows: numpy.ndarray, source: Any, source_rows: Any) -> None:

@@ -177,6 +177,26 @@ def test_segment_sums_add_each_run_in_order(counts):
         start += count
 
 
+@pytest.mark.gpu
+def test_segment_sums_on_the_gpu_are_the_bits_of_the_cpu_every_time():
+    """On cupy each run is added row after row as numpy adds it: the CPU's bits,
+    on every call. Atomic adds (`cupyx.scatter_add`) were neither: on an H200 a
+    collection came out as other bytes from one run to the next."""
+    import cupy
+
+    rng = numpy.random.default_rng(0)
+    counts = rng.integers(1, 400, size=96)
+    counts[[0, 7, 95]] = 0
+    rows = rng.standard_normal((int(counts.sum()), 384)).astype("f")
+    expected = segment_sums(numpy, rows, counts)
+    on_gpu = cupy.asarray(rows)
+    for _ in range(5):
+        assert numpy.array_equal(cupy.asnumpy(segment_sums(cupy, on_gpu, counts)), expected)
+    # a (n, width) slice that is not contiguous is summed like its copy
+    wide = cupy.asarray(numpy.repeat(rows, 2, axis=1))[:, ::2]
+    assert numpy.array_equal(cupy.asnumpy(segment_sums(cupy, wide, counts)), expected)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_copy_rows_equals_fancy_indexing(seed):
     """Runs consecutive in both arrays, runs broken in only one of them, single
