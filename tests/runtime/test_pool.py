@@ -70,6 +70,17 @@ def test_results_in_task_order_threads_shared_workers_stopped() -> None:
     assert all(process.exitcode == 0 for process in processes)
 
 
+def test_workers_start_only_for_tasks_that_wait() -> None:
+    """4 workers allowed, 2 tasks: 2 processes start (each would load a
+    pipeline); none for no tasks."""
+    with WorkerPool(4, threads_of_worker, square_and_threads, threads=1) as pool:
+        assert list(pool.map([])) == [] and pool.pids == []
+        assert [result for result, _ in pool.map(range(2))] == [0, 1]
+        assert len(pool.pids) == 2
+        assert [result for result, _ in pool.map(range(9))] == [n * n for n in range(9)]
+        assert len(pool.pids) == 4
+
+
 def test_a_dead_workers_task_is_retried_once_then_lost(tmp_path: Path) -> None:
     """Task 2's worker is killed once: a fresh worker redoes it. Task 5's is
     killed on both attempts: it is lost, and the pool goes on."""
