@@ -11,12 +11,13 @@
 #   PY=.venv/bin/python PREPARE=1 bash bench/gpu.sh  # here: the corpus into .gpu/corpus
 #   bash bench/gpu.sh                              # there, from the project's root
 #
-# Limits come from the first run on an H200 (16 cores): staging 20 s; training
-# both heads for 30 steps 140 s even with the corpus converted beforehand (each
+# Limits come from the runs on an H200 (16 cores): staging 10-20 s; training
+# both heads for 30 steps 107-140 s even with the corpus converted beforehand (each
 # `spacy train`, `assemble` and the shared pipeline load and save the encoder);
 # each bench/speed.py system is a fresh process whose imports, CUDA start and
 # pipeline load cost tens of seconds before its timed work; `bert-pipes annotate`
-# with 1 worker took 41 s over the 6,201 news paragraphs.
+# with 1 and auto workers took 76 s over the 2,067 news paragraphs and 72 s over
+# the 3,080 queries.
 #
 # Steps, in the order of what the acceptance needs most:
 #   1. `bash .gpu/stage.sh` (packages, entry points, the encoder's files with
@@ -27,11 +28,14 @@
 #      OUTPUT's bytes compared (bench/annotate_workers.py);
 #   4. bench/speed.py on news paragraphs (NEWS_LIMIT, 1,500), fp32: bare-device,
 #      ours-device (our own forward over batches on the device), ours textcat+ner;
-#   5. the same at bf16: bare-device, ours-device;
+#   5. bf16 in batches 8x larger (131,072 padded wordpieces, 4,096 texts):
+#      bare-device, ours-device (bf16 at 16,384 was launch-bound on an H200:
+#      addmm spent 12x more CPU than GPU time);
 #   6. annotate, 1 worker and auto, over all Banking77 test queries;
 #   7. bench/speed.py on the queries, fp32, as step 4;
-#   8. torch.profiler over our forward, fp32 and bf16 (bench/forward_profile.py);
-#   9. `make gpu`'s tests (pytest -m gpu, 73 s on an H200), with what is left.
+#   8. `make gpu`'s tests (pytest -m gpu, 73-85 s on an H200);
+#   9. torch.profiler over our forward, fp32 and bf16 (bench/forward_profile.py),
+#      with what is left.
 # Writes $OUT/gpu_results.tar.gz (everything under $OUT/gpu, logs included).
 # LIMIT=N takes each workload's first N texts (0: all; news defaults to
 # NEWS_LIMIT), GPU=-1 runs on the CPU, ONLY="step names" runs only those steps;
@@ -92,12 +96,14 @@ speed() {  # WORKLOAD PRECISION TEXTS SECONDS SYSTEMS
 }
 annotate news 100
 speed news fp32 "$NEWS_LIMIT" 120 bare-device,ours-device,ours-textcat-ner
-speed news bf16 "$NEWS_LIMIT" 70 bare-device,ours-device
-annotate short 60
+step speed_news_bf16_big 70 "$PY" bench/speed.py --workload news --precision bf16 \
+    --limit "$NEWS_LIMIT" "${SPEED[@]}" --max-batch-tokens 131072 --batch-size 4096 \
+    --systems bare-device,ours-device --output "$RESULTS/speed_news_bf16_big.json"
+annotate short 90
 speed short fp32 "$LIMIT" 100 bare-device,ours-device,ours-textcat-ner
+cp "$TRAINED/trained.json" "$RESULTS/" 2>/dev/null
+step gpu_tests 100 "$PY" -m pytest -q -ra -m gpu -p no:cacheprovider
 step profile 25 "$PY" bench/forward_profile.py --gpu "$GPU" --precisions fp32,bf16 \
     --limit "$PROFILE_LIMIT" --output "$RESULTS"
-cp "$TRAINED/trained.json" "$RESULTS/" 2>/dev/null
-step gpu_tests 120 "$PY" -m pytest -q -ra -m gpu -p no:cacheprovider
 log "done"
 tar -czf "$OUT/gpu_results.tar.gz" -C "$OUT" gpu
