@@ -41,6 +41,11 @@
 # NEWS_LIMIT), GPU=-1 runs on the CPU, ONLY="step names" runs only those steps;
 # TRAINED=DIR uses bench/trained.py's pipelines in DIR instead of training:
 # `GPU=-1 LIMIT=20 TRAINED=/tmp/trained bash bench/gpu.sh` checks the script itself.
+# ANNOTATE_REPEAT=N repeats each annotate workload N times (default 1): 2,067
+# paragraphs make 3 chunks, too few for 8 workers to pay for their start. A
+# follow-up call while the machine is warm (its files are still there):
+#   ONLY="stage annotate_news" ANNOTATE_REPEAT=10 TRAINED=/tmp/gpu_bench/trained \
+#       DEADLINE=220 bash bench/gpu.sh
 set -u
 PY=${PY:-python3}
 if [ "${PREPARE:-0}" = 1 ]; then  # here, after gpu-bundle: the corpus into .gpu/corpus
@@ -85,10 +90,11 @@ fi
 PIPELINE=$TRAINED/textcat-ner
 SPEED=(--no-train --gpu "$GPU" --threads 0 --max-batch-tokens 16384 --batch-size 256
        --trained "$TRAINED")
-annotate() {  # WORKLOAD SECONDS
-    step "annotate_$1" "$2" "$PY" bench/annotate_workers.py "$PIPELINE" --workload "$1" \
-        --repeat 1 --limit "$LIMIT" --workers 1,auto --gpu-id "$GPU" --work "$WORK/annotate" \
-        --output "$RESULTS/annotate_workers_$1.json"
+annotate() {  # WORKLOAD SECONDS (times ANNOTATE_REPEAT)
+    local repeat=${ANNOTATE_REPEAT:-1}
+    step "annotate_$1" "$(( $2 * repeat ))" "$PY" bench/annotate_workers.py "$PIPELINE" \
+        --workload "$1" --repeat "$repeat" --limit "$LIMIT" --workers 1,auto \
+        --gpu-id "$GPU" --work "$WORK/annotate" --output "$RESULTS/annotate_workers_$1.json"
 }
 speed() {  # WORKLOAD PRECISION TEXTS SECONDS SYSTEMS
     step "speed_$1_$2" "$4" "$PY" bench/speed.py --workload "$1" --precision "$2" \
