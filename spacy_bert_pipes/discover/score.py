@@ -20,7 +20,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import numpy
 
 from ..similar import embed_texts, unit_rows
-from .cluster import NOISE, density_clusters, kmeans_clusters
+from .cluster import DISCOVER_EXTRA, NOISE, density_clusters, kmeans_clusters
 
 # An intent is discovered by a cluster that holds this share of its docs ...
 DISCOVERED_SHARE = 0.5
@@ -78,7 +78,10 @@ def score_clusters(
     RETURNS (Dict[str, Any]): {docs, nmi, ari, noise_share, discovered,
         discovered_intents}.
     """
-    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+    try:
+        from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+    except ImportError as error:
+        raise ImportError(f"scoring clusters needs scikit-learn: {DISCOVER_EXTRA}") from error
 
     labels = numpy.asarray(clusters, dtype="int64")
     found = discovered_intents(intents, labels.tolist(), sizes)

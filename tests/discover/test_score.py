@@ -1,6 +1,7 @@
 """Discovery scored against true intents (`discover.score`), on hand-made
 clusters whose scores are known."""
 
+import sys
 from pathlib import Path
 
 import numpy
@@ -19,6 +20,14 @@ from spacy_bert_pipes.discover import (
 # one doc of a; c: in no cluster
 INTENTS = ["a"] * 4 + ["b"] * 4 + ["c"] * 2
 CLUSTERS = [0, 0, 0, 1, 1, 1, 1, 1, -1, -1]
+
+
+def test_without_scikit_learn_the_error_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "sklearn.metrics", None)  # import fails
+    with pytest.raises(ImportError, match=r"spacy-bert-pipes\[discover\]"):
+        score_clusters(INTENTS, CLUSTERS)
 
 
 def test_discovered_intents() -> None:
