@@ -12,7 +12,9 @@ from typing import List, Optional
 
 import spacy
 import typer
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc
+
+from spacy_bert_pipes.io.docbins import read_docs, write_docs
 
 
 def main(
@@ -23,7 +25,7 @@ def main(
     rest: Optional[Path] = typer.Option(None, help="Also write the docs not drawn here"),
 ) -> None:
     nlp = spacy.blank("en")
-    docs = list(DocBin().from_disk(input_path).get_docs(nlp.vocab))
+    docs = read_docs(input_path, nlp.vocab)
     drawn = set(range(len(docs)))
     if 0 < n < len(docs):
         drawn = set(random.Random(seed).sample(range(len(docs)), n))
@@ -33,12 +35,11 @@ def main(
 
 
 def write(docs: List[Doc], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     # user data holds e.g. the questions and gold answers of QA docs; a DocBin
     # that stores it unpacks each doc's (even an empty one) on every read, which
-    # costs ~1.5 ms a doc in spaCy's corpus reader: store it only where there is some
+    # costs ~1.5 ms a doc in spaCy's own corpus reader: store it only where there is some
     store = any(doc.user_data for doc in docs)
-    DocBin(docs=docs, store_user_data=store).to_disk(path)
+    write_docs(docs, path, store_user_data=store)
     typer.echo(f"Wrote {len(docs)} docs to {path}")
 
 

@@ -44,7 +44,7 @@ from spacy.scorer import Scorer
 from spacy.tokens import Doc, Span
 from spacy.training import Corpus, Example
 
-from .io.docbins import decoders_looked_up_once
+from .io.docbins import codecs_looked_up_once
 from .pipeline.ner import SCORE_ATTR, BertEntityRecognizer
 from .pipeline.qa import BertQuestionAnswerer
 from .pipeline.textcat import BertTextCategorizer
@@ -124,7 +124,7 @@ def read_examples(
         raise EvaluateError(f"{path}: no such corpus")
     if sample < 0:
         raise EvaluateError(f"sample = {sample}: it must be 0 (every doc) or more")
-    with decoders_looked_up_once():  # QA docs carry their questions as user data
+    with codecs_looked_up_once():  # QA docs carry their questions as user data
         examples = list(Corpus(path)(nlp))
     if not examples:
         raise EvaluateError(f"{path}: the corpus has no docs")

@@ -6,8 +6,9 @@ readers.py   the input readers: CSV, JSONL, Parquet, folders of .txt or .parquet
 output.py    the output format of `annotate`: its rows and writers.
 output_readers.py  the readers of that format: any OUTPUT and its errors file back.
 durable.py   atomic, fsynced writes of files and folders (one policy for all).
-docbins.py   `decoders_looked_up_once()` and the reader spacy-bert-pipes.Corpus.v1:
-             .spacy files with user data read fast.
+docbins.py   `codecs_looked_up_once()`, `read_docs`, `write_docs` and the reader
+             spacy-bert-pipes.Corpus.v1: .spacy files with user data read and
+             written fast.
 """
 
 from .errors import ConversionError

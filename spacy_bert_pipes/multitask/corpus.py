@@ -33,7 +33,7 @@ from spacy.training import Corpus, Example
 from spacy.util import registry
 
 from ..corpus_attrs import SOURCE_ATTR
-from ..io.docbins import decoders_looked_up_once
+from ..io.docbins import codecs_looked_up_once
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -171,7 +171,7 @@ class MultiCorpus:
             for name, corpus in self.sources.items():
                 key = (str(corpus.path), _stamp(corpus.path), corpus.max_length, corpus.limit)
                 if key not in read:
-                    with decoders_looked_up_once():
+                    with codecs_looked_up_once():
                         read[key] = list(corpus(nlp))
                 self._examples[name] = read[key]
                 if not self._examples[name]:

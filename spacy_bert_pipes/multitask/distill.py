@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from spacy.language import Language
-from spacy.tokens import Doc, DocBin, Span
+from spacy.tokens import Doc, Span
 
 from ..corpus_attrs import set_soft_targets, soft_targets
+from ..io.docbins import read_docs, write_docs
 from ..loading import PipelineLoadError, load_pipeline
 
 KINDS = ("textcat", "ner", "qa")
@@ -162,7 +163,7 @@ def _read(path: Path, vocab: Any) -> List[Doc]:
     if not path.exists():
         raise DistillError(f"source {path}: no such file")
     try:
-        return list(DocBin().from_disk(path).get_docs(vocab))
+        return read_docs(path, vocab)
     except (OSError, ValueError, KeyError) as err:
         raise DistillError(f"source {path}: not a .spacy file ({err})") from err
 
@@ -200,7 +201,7 @@ def distill(
                 for chunk in _chunks(todo, batch_size * 8):
                     _annotate(teacher, chunk, batch_size)
                     bar.update(len(chunk))
-        DocBin(docs=docs, store_user_data=True).to_disk(output_dir / f"{name}.spacy")
+        write_docs(docs, output_dir / f"{name}.spacy", store_user_data=True)
     record = {
         "sources": {n: str(p) for n, p in sources.items()},
         "teachers": {

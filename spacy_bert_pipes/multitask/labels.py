@@ -12,9 +12,10 @@ labels, so each one is given the labels of its own corpus instead:
 from pathlib import Path
 from typing import List, Literal, Optional, Set, Union
 
-from spacy.tokens import DocBin
 from spacy.util import registry
 from spacy.vocab import Vocab
+
+from ..io.docbins import read_docs
 
 
 @registry.readers("spacy-bert-pipes.corpus_labels.v1")
@@ -39,7 +40,7 @@ def corpus_labels(
     labels: Set[str] = set()
     vocab = Vocab()
     for file in files:
-        for doc in DocBin().from_disk(file).get_docs(vocab):
+        for doc in read_docs(file, vocab):
             if attr == "cats":
                 labels.update(doc.cats)
             else:

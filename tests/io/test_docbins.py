@@ -6,17 +6,27 @@ import srsly.msgpack
 from spacy.tokens import DocBin
 from spacy.util import registry
 
-from spacy_bert_pipes.io.docbins import READER, create_corpus_reader, decoders_looked_up_once
+from spacy_bert_pipes.io.docbins import (
+    READER,
+    codecs_looked_up_once,
+    create_corpus_reader,
+    read_docs,
+    write_docs,
+)
 
 
-def write_docs(path: Path, n: int) -> Path:
+def sample_docs(n: int) -> list:
     nlp = spacy.blank("en")
     docs = []
     for i in range(n):
         doc = nlp.make_doc(f"request number {i}")
         doc.user_data["answers"] = {"slot": [i, i + 1], "text": f"number {i}"}
         docs.append(doc)
-    DocBin(docs=docs, store_user_data=True).to_disk(path)
+    return docs
+
+
+def write_sample(path: Path, n: int) -> Path:
+    DocBin(docs=sample_docs(n), store_user_data=True).to_disk(path)
     return path
 
 
@@ -25,16 +35,14 @@ def read_user_data(path: Path) -> list:
     return [dict(doc.user_data) for doc in DocBin().from_disk(path).get_docs(vocab)]
 
 
-@pytest.fixture
-def lookups(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Each lookup of srsly's decoders, counted."""
-    decoders = srsly.msgpack.msgpack_decoders
-    registry_class = type(decoders)
+def count_lookups(monkeypatch: pytest.MonkeyPatch, registry: object) -> list:
+    """Each lookup of one of srsly's registries, counted."""
+    registry_class = type(registry)
     original = registry_class.get_all
     calls: list = []
 
     def counted(self: object) -> dict:
-        if self is decoders:  # spaCy's own registries are looked up too
+        if self is registry:  # spaCy's own registries are looked up too
             calls.append(1)
         return original(self)  # type: ignore[arg-type]
 
@@ -42,22 +50,34 @@ def lookups(monkeypatch: pytest.MonkeyPatch) -> list:
     return calls
 
 
+@pytest.fixture
+def lookups(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Each lookup of srsly's decoders, counted."""
+    return count_lookups(monkeypatch, srsly.msgpack.msgpack_decoders)
+
+
+@pytest.fixture
+def encoder_lookups(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Each lookup of srsly's encoders, counted."""
+    return count_lookups(monkeypatch, srsly.msgpack.msgpack_encoders)
+
+
 def test_the_same_user_data_with_one_lookup(tmp_path: Path, lookups: list) -> None:
-    path = write_docs(tmp_path / "docs.spacy", 40)
+    path = write_sample(tmp_path / "docs.spacy", 40)
     plain = read_user_data(path)
     assert len(lookups) >= 40  # srsly alone: one lookup a doc
     lookups.clear()
-    with decoders_looked_up_once():
+    with codecs_looked_up_once():
         fast = read_user_data(path)
     assert len(lookups) == 1
     assert fast == plain and plain[3]["answers"] == {"slot": (3, 4), "text": "number 3"}
 
 
 def test_nested_blocks_restore_the_lookup_at_the_outer_end(tmp_path: Path, lookups: list) -> None:
-    path = write_docs(tmp_path / "docs.spacy", 5)
+    path = write_sample(tmp_path / "docs.spacy", 5)
     registry = srsly.msgpack.msgpack_decoders
-    with decoders_looked_up_once():
-        with decoders_looked_up_once():
+    with codecs_looked_up_once():
+        with codecs_looked_up_once():
             read_user_data(path)
         assert "get_all" in vars(registry)  # still the outer block's
         read_user_data(path)
@@ -69,9 +89,34 @@ def test_nested_blocks_restore_the_lookup_at_the_outer_end(tmp_path: Path, looku
 
 def test_the_lookup_comes_back_after_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        with decoders_looked_up_once():
+        with codecs_looked_up_once():
             raise ValueError("a bad doc")
     assert "get_all" not in vars(srsly.msgpack.msgpack_decoders)
+    assert "get_all" not in vars(srsly.msgpack.msgpack_encoders)
+
+
+def test_write_docs_gives_docbins_bytes_with_one_lookup(
+    tmp_path: Path, encoder_lookups: list
+) -> None:
+    plain = write_sample(tmp_path / "plain.spacy", 40)
+    assert len(encoder_lookups) >= 40  # srsly alone: one lookup a doc
+    encoder_lookups.clear()
+    ours = tmp_path / "new" / "ours.spacy"  # its folder is made
+    assert write_docs(sample_docs(40), ours, store_user_data=True) == 40
+    assert len(encoder_lookups) == 2  # the docs' user data, then the file's own packing
+    assert ours.read_bytes() == plain.read_bytes()
+    assert "get_all" not in vars(srsly.msgpack.msgpack_encoders)
+
+
+def test_read_docs_gives_every_doc_with_its_user_data_and_one_lookup(
+    tmp_path: Path, lookups: list
+) -> None:
+    path = write_sample(tmp_path / "docs.spacy", 40)
+    lookups.clear()
+    docs = read_docs(path, spacy.blank("en").vocab)
+    assert len(lookups) == 1 + 1  # the file's own unpacking, then one for the docs
+    assert [doc.text for doc in docs] == [f"request number {i}" for i in range(40)]
+    assert [dict(doc.user_data) for doc in docs] == read_user_data(path)
 
 
 def test_the_reader_gives_spacys_examples_with_one_lookup_a_thousand_docs(
@@ -79,8 +124,8 @@ def test_the_reader_gives_spacys_examples_with_one_lookup_a_thousand_docs(
 ) -> None:
     folder = tmp_path / "corpus"
     folder.mkdir()
-    write_docs(folder / "a.spacy", 1500)
-    write_docs(folder / "b.spacy", 30)
+    write_sample(folder / "a.spacy", 1500)
+    write_sample(folder / "b.spacy", 30)
     nlp = spacy.blank("en")
 
     def examples(reader: str, **settings: int) -> list:
