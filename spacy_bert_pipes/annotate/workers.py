@@ -8,13 +8,16 @@ chunks, duplicate ids and length limit) and commits each chunk to the same
 engine does, so OUTPUT is byte-identical for any number of workers (and a run
 started with one engine can be finished with another). A worker that dies has
 its chunk retried once in a fresh worker; if that one dies too, the chunk's
-rows go to the errors file with how the process ended.
+rows go to the errors file with how the process ended. On the CPU, a run with
+one chunk left is annotated in this process, which has the pipeline loaded
+already: no worker starts.
 """
 
 import functools
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from itertools import chain, islice
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple, Union
 
 import spacy
 from spacy.language import Language
@@ -80,7 +83,10 @@ def run_annotation_workers(
     against the settings (and find the width of its vectors); then each
     worker loads it, onto the GPU `run.options.gpu_id` if that is >= 0, and
     computes on `ANNOTATE_THREADS` intra-op threads, as every engine does
-    (see `runtime.threads`): the machine's cores go to more workers.
+    (see `runtime.threads`): the machine's cores go to more workers. On the
+    CPU, a run with one chunk left to annotate (a small collection, or the
+    end of a resumed run) is annotated here with the pipeline already
+    loaded: a worker would only load it again, for the same bytes.
 
     run (AnnotateRun): The prepared run (see `prepare_run`).
     pipeline (str): A folder saved with `nlp.to_disk`, or a package name.
@@ -98,11 +104,14 @@ def run_annotation_workers(
         run = locked_run(run)
         nlp = load_pipeline(pipeline, options)  # fails here, not in the workers
         run = with_columns(run, nlp)
+        # on the CPU (and with no hook to call in a worker), this process may
+        # annotate a last chunk itself (see `_run`)
+        here = [nlp] if options.gpu_id < 0 and on_worker_chunk is None else []
         del nlp
         setup = functools.partial(_setup, pipeline, options, run.vectors, on_worker_chunk)
         try:
             with WorkerPool(options.workers, setup, _annotate, threads=ANNOTATE_THREADS) as pool:
-                return _run(run, pool, progress=progress, on_chunk=on_chunk)
+                return _run(run, pool, progress=progress, on_chunk=on_chunk, here=here)
         except WorkerSetupError as err:
             raise AnnotateError(
                 f"{pipeline}: a worker could not load the pipeline: {err}"
@@ -115,7 +124,12 @@ def _run(
     *,
     progress: bool,
     on_chunk: Optional[Callable[[int], None]],
+    here: List[Language],
 ) -> AnnotateSummary:
+    """Commit the chunks not done yet, in order, annotated by the pool's
+    workers; or, when `here` holds this process's pipeline and one chunk at
+    most is left, annotated here with it (`here` is emptied either way, so
+    that the pipeline is freed before workers start)."""
     counts = {"input": 0, "errors": 0, "resumed": 0, "chunks": 0}
     # the chunks handed to the pool, in order, with the input rows read through each
     handed: Deque[Tuple[int, List[InputRow], int]] = deque()
@@ -137,8 +151,17 @@ def _run(
             yield index, chunk
 
     start_parts(run)
+    tasks = chunks()
+    first = list(islice(tasks, 2))  # reads up to the second chunk left to annotate
+    nlp = here.pop() if here else None
+    results: Iterator[Union[Annotated, WorkerLost]]
+    if nlp is not None and len(first) <= 1:
+        results = (annotate_chunk(nlp, rows, run.options, run.vectors) for _, rows in first)
+    else:
+        nlp = None
+        results = pool.map(chain(first, tasks))
     try:
-        for result in pool.map(chunks()):
+        for result in results:
             index, rows, read = handed.popleft()
             if isinstance(result, WorkerLost):
                 outputs: List[Dict[str, Any]] = []

@@ -3,6 +3,7 @@ spawned processes, the same bytes as one process, and chunks that survive a
 killed worker."""
 
 import functools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from annotate_helpers import (
 from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, annotate, prepare_run
 from spacy_bert_pipes.annotate.workers import lost_rows, run_annotation_workers
 from spacy_bert_pipes.io.rows import InputRow
-from spacy_bert_pipes.runtime import WorkerLost
+from spacy_bert_pipes.runtime import WorkerLost, WorkerPool
 
 N_ROWS = 60
 CHUNK = 10
@@ -86,6 +87,41 @@ def test_two_workers_finish_a_stopped_run_with_the_bytes_of_one_despite_a_kill(
     errors = output.with_name(output.name + ".errors.jsonl").read_bytes()
     assert errors == one_worker.with_name(one_worker.name + ".errors.jsonl").read_bytes()
     assert not output.with_name(output.name + ".parts").exists()
+
+
+def test_one_chunk_left_is_annotated_here_without_a_worker(
+    pipeline: str,
+    input_path: Path,
+    one_worker: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the CPU, a run with one chunk left is annotated by the process that
+    loaded the pipeline to check it: no worker starts, and the bytes are those
+    of one process. With two chunks left, workers start."""
+    started: list = []
+    start = WorkerPool._start
+    monkeypatch.setattr(WorkerPool, "_start", lambda pool: started.append(1) or start(pool))
+    output = tmp_path / "out.jsonl"
+
+    def stop(read: int) -> None:
+        if read >= N_ROWS:  # every chunk but the last (the 61st row) committed
+            raise KeyboardInterrupt
+
+    options = AnnotateOptions(batch_size=4, **COLUMNS)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        annotate(pipeline, input_path, output, options, on_chunk=stop)
+    two = replace(options, workers=2)
+    summary = run_annotation_workers(prepare_run(pipeline, input_path, output, two), pipeline)
+    assert started == [] and summary.resumed_chunks == N_ROWS // CHUNK
+    assert output.read_bytes() == one_worker.read_bytes()
+    errors = output.with_name(output.name + ".errors.jsonl").read_bytes()
+    assert errors == one_worker.with_name(one_worker.name + ".errors.jsonl").read_bytes()
+    small = tmp_path / "small.jsonl"  # 61 rows in one chunk
+    run(pipeline, input_path, small, batch_size=4, workers=2, **{**COLUMNS, "chunk_size": 100})
+    assert started == []
+    run(pipeline, input_path, tmp_path / "two.jsonl", batch_size=4, workers=2, **COLUMNS)
+    assert started != []
 
 
 def test_the_rows_of_a_lost_chunk_become_error_rows() -> None:
