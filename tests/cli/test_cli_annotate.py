@@ -209,7 +209,9 @@ def test_killed_at_any_step_a_rerun_gives_the_same_bytes(pipeline: str, tmp_path
     records[4]["text"] = None  # an error row
     records.append({"id": "doc2", "text": "a duplicate id"})  # another
     input_path = write_jsonl(tmp_path / "in.jsonl", records)
-    options = ["--chunk-size", "3", "--batch-size", "2"]  # 5 chunks
+    # 5 chunks, in 2 spawned workers on any machine: the engine `--workers auto`
+    # runs on a multi-core one (the lock and the vectors tests run in one process)
+    options = ["--chunk-size", "3", "--batch-size", "2", "--workers", "2"]
     expected = tmp_path / "expected" / "out.jsonl"
     annotate(pipeline, input_path, expected, AnnotateOptions(chunk_size=3, batch_size=2))
 
@@ -251,7 +253,7 @@ def test_a_second_run_on_the_same_output_is_refused(pipeline: str, tmp_path: Pat
     SIGKILL its lock is gone and the same command resumes to the same bytes."""
     records = [{"id": f"doc{i}", "text": TEXTS[i % len(TEXTS)]} for i in range(9)]
     input_path = write_jsonl(tmp_path / "in.jsonl", records)
-    options = ["--chunk-size", "3", "--batch-size", "2"]
+    options = ["--chunk-size", "3", "--batch-size", "2", "--workers", "1"]
     expected = tmp_path / "expected" / "out.jsonl"
     annotate(pipeline, input_path, expected, AnnotateOptions(chunk_size=3, batch_size=2))
     output = tmp_path / "out.jsonl"

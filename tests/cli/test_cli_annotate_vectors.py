@@ -80,7 +80,8 @@ def test_killed_at_random_points_a_rerun_gives_the_same_bytes(
     records = [{"id": f"doc{i}", "text": TEXTS[i % len(TEXTS)]} for i in range(16)]
     records[5]["text"] = "xyzzy plugh"  # unknown words: no vector, an error row
     input_path = write_jsonl(tmp_path / "in.jsonl", records)
-    options = ["--chunk-size", "2", "--batch-size", "2", "--vectors"]  # 8 chunks
+    # 8 chunks, in this process (workers are killed and resumed in test_cli_annotate.py)
+    options = ["--chunk-size", "2", "--batch-size", "2", "--vectors", "--workers", "1"]
     expected = tmp_path / "expected" / "out.parquet"
     annotate(pipeline, input_path, expected, AnnotateOptions(chunk_size=2, vectors=True))
 
