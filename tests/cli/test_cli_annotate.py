@@ -81,7 +81,7 @@ def test_the_report_shows_the_wall_time_and_docs_per_second(pipeline: str, tmp_p
     input_path = write_jsonl(tmp_path / "in.jsonl", records)
     output = tmp_path / "out.jsonl"
     args = ["annotate", pipeline, str(input_path), str(output), "--chunk-size", "3"]
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, args + ["--workers", "1"])
     assert result.exit_code == 0, result.output
     timing_path = tmp_path / "out_time.json"
     assert "Wall time: " in result.output and f"({timing_path})" in result.output
@@ -139,6 +139,7 @@ def test_other_settings_refuse_unless_overwrite(pipeline: str, tmp_path: Path) -
             on_chunk=interrupt,
         )
     args = ["annotate", pipeline, str(input_path), str(output), "--chunk-size", "3"]
+    args += ["--workers", "1"]
     result = runner.invoke(app, args)
     assert result.exit_code == 1
     assert "holds an unfinished run" in result.output

@@ -55,7 +55,10 @@ def test_engine_ray_starts_a_local_ray_and_gives_the_local_rows(
     for engine in ("local", "ray"):
         output = tmp_path / f"{engine}.jsonl"
         args = ["annotate", pipeline, str(input_path), str(output), "--chunk-size", "6"]
-        result = runner.invoke(app, args + ["--engine", engine, "--ray-workers", "2"])
+        engine_args = (
+            ["--engine", engine, "--ray-workers", "2"] if engine == "ray" else ["--workers", "1"]
+        )
+        result = runner.invoke(app, args + engine_args)
         assert result.exit_code == 0, result.output
         assert "Input rows: 21 = output rows 20" in result.output
         outputs[engine] = (output.read_bytes(), Path(f"{output}.errors.jsonl").read_bytes())
