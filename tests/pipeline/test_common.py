@@ -7,7 +7,14 @@ from typing import Any, List, Sequence
 
 import pytest
 import spacy
-from helpers import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
+from helpers import (
+    LABELS,
+    NER_LABELS,
+    SMALL_ENCODER,
+    TRAIN_TEXTS,
+    loader_config,
+    textcat_examples,
+)
 from spacy.language import Language
 
 from spacy_bert_pipes.models.text import tokens as tokens_module
@@ -100,3 +107,39 @@ def test_training_tokenizes_on_the_main_thread(
     threads = recording_tokenize(monkeypatch)
     nlp.update(textcat_examples(nlp))
     assert threads == [threading.main_thread().name]
+
+
+@pytest.mark.parametrize("component", ["bert_textcat", "bert_ner"])
+def test_initialize_reads_its_examples_once(tiny_bert: Path, component: str) -> None:
+    """A component's initialize reads the corpus once (spaCy's check, the
+    encoder's context and the labels use that one list), as a reader that
+    re-reads a .spacy file on every call would otherwise pay each time."""
+    from helpers import ner_examples
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe(component, config={"model": {"encoder": SMALL_ENCODER}})
+    nlp.config["initialize"]["components"][component] = loader_config(tiny_bert)
+    examples = textcat_examples(nlp) if component == "bert_textcat" else ner_examples(nlp)
+    calls: List[int] = []
+
+    def get_examples() -> Any:
+        calls.append(1)
+        return iter(examples)  # a fresh pass, as spaCy's Corpus gives
+
+    nlp.initialize(get_examples)
+    assert len(calls) == 1
+    labels = nlp.get_pipe(component).labels
+    assert list(labels) == (sorted(LABELS) if component == "bert_textcat" else NER_LABELS)
+
+
+@pytest.mark.parametrize(
+    "get_examples,error",
+    [(None, "E930"), (lambda: [], "E930"), (lambda: 3, "E978"), (lambda: ["a doc"], "E978")],
+)
+def test_initialize_keeps_spacys_errors_for_bad_examples(
+    tiny_bert: Path, get_examples: Any, error: str
+) -> None:
+    nlp = spacy.blank("en")
+    textcat = nlp.add_pipe("bert_textcat", config={"model": {"encoder": SMALL_ENCODER}})
+    with pytest.raises(TypeError, match=error):
+        textcat.initialize(get_examples, nlp=nlp, labels=LABELS)
