@@ -5,6 +5,7 @@ killed worker."""
 import functools
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from annotate_helpers import (
@@ -98,30 +99,39 @@ def test_one_chunk_left_is_annotated_here_without_a_worker(
 ) -> None:
     """On the CPU, a run with one chunk left is annotated by the process that
     loaded the pipeline to check it: no worker starts, and the bytes are those
-    of one process. With two chunks left, workers start."""
-    started: list = []
-    start = WorkerPool._start
-    monkeypatch.setattr(WorkerPool, "_start", lambda pool: started.append(1) or start(pool))
+    of one process. With two chunks left, a worker is started."""
+
+    class Started(Exception):
+        pass
+
+    def start(pool: WorkerPool) -> None:  # a worker would start: stop there
+        raise Started
+
+    monkeypatch.setattr(WorkerPool, "_start", start)
     output = tmp_path / "out.jsonl"
 
-    def stop(read: int) -> None:
-        if read >= N_ROWS:  # every chunk but the last (the 61st row) committed
-            raise KeyboardInterrupt
+    def stop_at(rows: int) -> Callable[[int], None]:
+        def stop(read: int) -> None:
+            if read >= rows:
+                raise KeyboardInterrupt
+
+        return stop
 
     options = AnnotateOptions(batch_size=4, **COLUMNS)  # type: ignore[arg-type]
-    with pytest.raises(KeyboardInterrupt):
-        annotate(pipeline, input_path, output, options, on_chunk=stop)
     two = replace(options, workers=2)
+    with pytest.raises(KeyboardInterrupt):  # 61 rows: 5 chunks committed, 2 left
+        annotate(pipeline, input_path, output, options, on_chunk=stop_at(N_ROWS - CHUNK))
+    with pytest.raises(Started):
+        run_annotation_workers(prepare_run(pipeline, input_path, output, two), pipeline)
+    with pytest.raises(KeyboardInterrupt):  # one more: 1 left
+        annotate(pipeline, input_path, output, options, on_chunk=stop_at(N_ROWS))
     summary = run_annotation_workers(prepare_run(pipeline, input_path, output, two), pipeline)
-    assert started == [] and summary.resumed_chunks == N_ROWS // CHUNK
+    assert summary.resumed_chunks == N_ROWS // CHUNK
     assert output.read_bytes() == one_worker.read_bytes()
     errors = output.with_name(output.name + ".errors.jsonl").read_bytes()
     assert errors == one_worker.with_name(one_worker.name + ".errors.jsonl").read_bytes()
     small = tmp_path / "small.jsonl"  # 61 rows in one chunk
     run(pipeline, input_path, small, batch_size=4, workers=2, **{**COLUMNS, "chunk_size": 100})
-    assert started == []
-    run(pipeline, input_path, tmp_path / "two.jsonl", batch_size=4, workers=2, **COLUMNS)
-    assert started != []
 
 
 def test_the_rows_of_a_lost_chunk_become_error_rows() -> None:
