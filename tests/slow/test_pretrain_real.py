@@ -50,6 +50,7 @@ def test_domain_workflow_runs(tmp_path: Path) -> None:
         "pretrain_max_steps": 4,
         "pretrain_checkpoint_every": 2,
         "pretrain_held_out": 20,
+        "eval_sample": 200,
     }
     run_workflow(project, "domain", small)
     pretrained = json.loads(
