@@ -96,8 +96,8 @@ def annotate_cli(
         "--workers",
         help="Worker processes that each load the pipeline (onto the GPU with --gpu-id) "
         "and annotate whole chunks on one thread each; auto: one per core on the CPU, one "
-        "per 2 cores with a GPU (at most 8); 1: this process. OUTPUT is the same bytes "
-        "for any number",
+        "per 2 cores with a GPU (at most 8); 1: this process, as is a last chunk on the "
+        "CPU. OUTPUT is the same bytes for any number",
     ),
     max_length: int = typer.Option(
         DEFAULT_MAX_LENGTH,
