@@ -3,7 +3,7 @@ pipeline (onto the GPU with `options.gpu_id`), committed in input order.
 
 This process reads and checks the input as the local engine does (the same
 chunks, duplicate ids and length limit) and commits each chunk to the same
-`OUTPUT.parts` folder and manifest; a pool of spawned processes
+`OUTPUT.parts` folder and manifest; a pool of worker processes
 (`runtime.pool`) annotates whole chunks with `annotate_chunk`, as the local
 engine does, so OUTPUT is byte-identical for any number of workers (and a run
 started with one engine can be finished with another). A worker that dies has

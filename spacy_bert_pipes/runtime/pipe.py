@@ -1,5 +1,6 @@
 """`pipe_in_workers`: `nlp.pipe` over a saved pipeline in N worker processes
-(spawned, so they can share a GPU), Docs back in input order.
+(forked from the pool's fork server, which never touches the GPU, so they
+can share one), Docs back in input order.
 
 The texts are cut into chunks of `chunk_size`; each worker runs
 `nlp.pipe(chunk, as_tuples=True, batch_size=...)` on whole chunks, as one

@@ -1,11 +1,14 @@
 """The worker pool (spacy_bert_pipes.runtime.pool): results in task order,
-a dead worker's task retried once, then given up; errors carried back.
+a dead worker's task retried once, then given up; errors carried back;
+workers forked from a fork server with the package imported, in the
+environment their pool has when it starts them.
 
 The tasks are plain functions of this module: each worker imports it."""
 
 import functools
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -18,7 +21,7 @@ from spacy_bert_pipes.runtime import (
     WorkerSetupError,
     auto_workers,
 )
-from spacy_bert_pipes.runtime.pool import ended
+from spacy_bert_pipes.runtime.pool import PRELOAD, ended
 
 
 def no_state() -> None:
@@ -58,6 +61,16 @@ def fail_on_three(state: None, n: int) -> int:
 
 def broken_setup() -> None:
     raise OSError("no pipeline here")
+
+
+def how_it_started() -> Tuple[int, bool, str]:
+    """This worker's parent, whether the heavy modules were imported before
+    its setup ran, and a variable of its environment."""
+    return os.getppid(), all(name in sys.modules for name in PRELOAD), os.environ["POOL_PROBE"]
+
+
+def started(state: Tuple[int, bool, str], task: None) -> Tuple[int, bool, str]:
+    return state
 
 
 def test_results_in_task_order_threads_shared_workers_stopped() -> None:
@@ -105,6 +118,22 @@ def test_a_setup_that_raises_is_named() -> None:
     with WorkerPool(1, broken_setup, fail_on_three) as pool:
         with pytest.raises(WorkerSetupError, match="OSError: no pipeline here"):
             list(pool.map(range(2)))
+
+
+def test_workers_fork_from_a_server_with_the_imports_done_in_the_pools_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fork server imported PRELOAD before forking the worker (a spawned
+    worker would import it again); a later pool reuses the server, and its
+    worker sees the environment as it is now, not as the server started."""
+    monkeypatch.setenv("POOL_PROBE", "first")
+    with WorkerPool(1, how_it_started, started) as pool:
+        [(server, preloaded, probe)] = pool.map([None])
+    assert server != os.getpid() and preloaded and probe == "first"
+    monkeypatch.setenv("POOL_PROBE", "second")
+    with WorkerPool(1, how_it_started, started) as pool:
+        [(again, preloaded, probe)] = pool.map([None])
+    assert again == server and preloaded and probe == "second"
 
 
 def test_how_a_process_ended_in_words() -> None:
