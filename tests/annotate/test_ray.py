@@ -1,6 +1,7 @@
 """The ray engine of batch annotation (spacy_bert_pipes.annotate.ray): the same
-rows and error rows as the local engine, resuming across engines, and the
-sharded Parquet input and output that both engines read and write."""
+rows and error rows as the local engine (with `--vectors` too), resuming across
+engines, and the sharded Parquet input and output that both engines read and
+write. One local Ray serves the module."""
 
 import json
 import random
@@ -12,10 +13,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from annotate_helpers import needs_ray, read_errors, read_output, run, save_tiny_pipeline
+from annotate_helpers import (
+    TEXTS,
+    needs_ray,
+    read_errors,
+    read_output,
+    run,
+    save_tiny_pipeline,
+    save_vectors_pipeline,
+    write_input,
+)
 from helpers import WORDS
 
-from spacy_bert_pipes.annotate import AnnotateError, AnnotateOptions, prepare_run
+from spacy_bert_pipes.annotate import (
+    AnnotateError,
+    AnnotateOptions,
+    annotate,
+    prepare_run,
+    run_annotation,
+)
+from spacy_bert_pipes.annotate.prepare import load_pipeline
 from spacy_bert_pipes.annotate.ray import annotate_ray, run_annotation_ray
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray at a time on the machine (make test -n 2)
@@ -158,14 +175,45 @@ def test_sharded_parquet_in_and_out(pipeline: str, tmp_path: Path, local_ray: No
     ]
 
 
+@pytest.fixture(scope="module")
+def vectors_pipeline(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """bert_textcat and bert_ner, with static word vectors."""
+    return str(save_vectors_pipeline(tmp_path_factory.mktemp("vectors") / "nlp", tiny_bert))
+
+
+@needs_ray
+def test_vectors_give_the_local_bytes(
+    vectors_pipeline: str, tmp_path: Path, local_ray: None
+) -> None:
+    """`--vectors` in float16 Parquet: the actors fill the vector column with
+    the local engine's code (`annotate_chunk`), its error rows included (a
+    text of unknown words has no vector). JSONL and float32 are the same code
+    with another dtype and writer (test_vector_column.py)."""
+    texts_ = (list(TEXTS) + ["  \n ", "xyzzy plugh"]) * 3
+    input_path = write_input(
+        tmp_path, "jsonl", [{"id": str(i), "text": text} for i, text in enumerate(texts_)]
+    )
+    options = AnnotateOptions(chunk_size=4, vectors=True, vectors_dtype="float16")
+    local = tmp_path / "local.parquet"
+    expected = annotate(vectors_pipeline, input_path, local, options)
+    output = tmp_path / "ray.parquet"
+    summary = annotate_ray(vectors_pipeline, input_path, output, options, workers=2)
+    assert (summary.output_rows, summary.error_rows) == (expected.output_rows, 3)
+    assert output.read_bytes() == local.read_bytes()
+    assert read_errors(output) == read_errors(local)
+
+
 class Interrupted(Exception):
     pass
 
 
 @needs_ray
-def test_a_stopped_ray_run_resumes_with_either_engine(
+def test_a_stopped_run_resumes_with_either_engine(
     pipeline: str, tmp_path: Path, local_ray: None
 ) -> None:
+    """A local run stopped after its first chunk is resumed on Ray, which is
+    stopped after one more chunk; the local engine finishes it: the bytes of
+    one uninterrupted run."""
     table = tmp_path / "in.csv"
     lines = ["id,text"] + [f"c{i},{text}" for i, text in enumerate(texts(40, seed=2))]
     lines[8] = "c7,bad \udcff byte"  # written back as the invalid byte 0xff
@@ -178,20 +226,22 @@ def test_a_stopped_ray_run_resumes_with_either_engine(
     output = tmp_path / "out.csv"
     options = AnnotateOptions(chunk_size=10, keep_columns=("text",))
 
-    def stop_after_the_first_chunk(rows: int) -> None:
+    def stop_after_one_chunk(rows: int) -> None:
         raise Interrupted
 
+    nlp = load_pipeline(pipeline, options)
     with pytest.raises(Interrupted):
-        run_annotation_ray(
-            prepare_run(pipeline, table, output, options),
-            pipeline,
-            workers=2,
-            on_chunk=stop_after_the_first_chunk,
+        run_annotation(
+            prepare_run(pipeline, table, output, options), nlp, on_chunk=stop_after_one_chunk
         )
     run_ = prepare_run(pipeline, table, output, options)
-    assert len(run_.done) == 1
-    summary = run_annotation_ray(run_, pipeline, workers=2)
-    assert (summary.resumed_chunks, summary.chunks, summary.error_rows) == (1, 4, 2)
+    assert run_.done == {0}
+    with pytest.raises(Interrupted):
+        run_annotation_ray(run_, pipeline, workers=2, on_chunk=stop_after_one_chunk)
+    run_ = prepare_run(pipeline, table, output, options)
+    assert len(run_.done) == 2
+    summary = run_annotation(run_, nlp)
+    assert (summary.resumed_chunks, summary.chunks, summary.error_rows) == (2, 4, 2)
     assert output.read_bytes() == expected.read_bytes()
     assert read_errors(output) == read_errors(expected)
 

@@ -1,10 +1,10 @@
 """`annotate --vectors` (spacy_bert_pipes.annotate.vectors): every doc's
-`doc.vector` in a "vector" column of JSONL and Parquet outputs, its errors,
-resuming, and the Ray engine's bytes."""
+`doc.vector` in a "vector" column of JSONL and Parquet outputs, its errors and
+resuming (the Ray engine's bytes are in test_ray.py, beside its local Ray)."""
 
 import math
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import numpy
 import pandas
@@ -16,7 +16,6 @@ import torch
 from annotate_helpers import (
     TEXTS,
     VECTOR_WIDTH,
-    needs_ray,
     read_errors,
     read_output,
     run,
@@ -29,7 +28,6 @@ from spacy.tokens import Doc
 from spacy_bert_pipes.annotate import (
     AnnotateError,
     AnnotateOptions,
-    annotate,
     prepare_run,
     run_annotation,
 )
@@ -262,34 +260,6 @@ def test_resume_needs_the_same_vectors_settings(pipeline: str, tmp_path: Path) -
     summary = run_annotation(run_, nlp)
     assert (summary.resumed_chunks, summary.chunks) == (2, 4)
     assert output.read_bytes() == expected.read_bytes()
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import logging
-
-    import ray
-
-    ray.init("local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    yield
-    ray.shutdown()
-
-
-@needs_ray
-@pytest.mark.xdist_group("ray")  # one Ray at a time on the machine (make test -n 2)
-def test_ray_gives_the_local_bytes(pipeline: str, tmp_path: Path, local_ray: None) -> None:
-    from spacy_bert_pipes.annotate.ray import annotate_ray
-
-    input_path = write_input(tmp_path, "jsonl", numbered(records() * 3))
-    for name, dtype in [("out.jsonl", "float32"), ("out.parquet", "float16")]:
-        options = AnnotateOptions(chunk_size=4, vectors=True, vectors_dtype=dtype)
-        local = tmp_path / f"local-{name}"
-        annotate(pipeline, input_path, local, options)
-        ray_output = tmp_path / f"ray-{name}"
-        summary = annotate_ray(pipeline, input_path, ray_output, options, workers=2)
-        assert (summary.output_rows, summary.error_rows) == (18, 3)
-        assert ray_output.read_bytes() == local.read_bytes()
-        assert read_errors(ray_output) == read_errors(local)
 
 
 @pytest.mark.parametrize("name", ["out.jsonl", "out.parquet", "shards"])
