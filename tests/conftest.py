@@ -92,6 +92,22 @@ def seeded() -> None:
     fix_random_seed(0)
 
 
+def check_groups(config: pytest.Config, items: list) -> None:
+    """Under `--dist loadgroup` (make test), pytest-xdist sends the tests of an
+    `xdist_group` (Ray's: one local Ray at a time) to one process by a suffix it
+    adds to their ids; a pytest that drops it would run them side by side."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            message = (
+                f"{item.nodeid}: pytest {pytest.__version__} dropped its xdist_group, so "
+                "--dist loadgroup cannot keep the group in one process; install pytest<9.2"
+            )
+            print(message, file=sys.__stderr__)  # a worker's error would not show it
+            raise pytest.UsageError(message)
+
+
 # The longest tests start first, so that with `make test`'s two processes
 # (pytest-xdist) the other process takes the many short ones meanwhile instead
 # of both waiting at the end for a workflow run that started last.
@@ -103,11 +119,13 @@ def start_order(item: pytest.Item) -> int:
     return next((i for i, prefix in enumerate(FIRST) if path.startswith(prefix)), len(FIRST))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's, which marks the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """The slow tests first (FIRST); GPU tests run on the device machine, and
     elsewhere they are reported as skipped."""
     import torch
 
+    check_groups(config, items)
     items.sort(key=start_order)  # stable: the rest keep their order
     if torch.cuda.is_available():
         return
