@@ -4,7 +4,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from spacy.language import Language
 from spacy.tokens import Doc
-from spacy.training import Example, validate_get_examples
+from spacy.training import Example
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 
@@ -15,6 +15,7 @@ from ..models.encoder.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
 from .common import (
     ensure_encoding_extension,
+    first_example_checked,
     learn_encoder_context,
     load_encoder,
     prefetching_pipe,
@@ -195,7 +196,8 @@ class BertEncoderPipe(ConfiguredPipe):
             [initialize.components.<name>.encoder_loader] with
             @misc = "spacy-bert-pipes.HFCheckpoint.v1".
         """
-        validate_get_examples(get_examples, "BertEncoderPipe.initialize")
+        # it learns from the examples only with context = "auto" (below)
+        first_example_checked(get_examples, "BertEncoderPipe.initialize")
         load_encoder(self.model, encoder_loader, self.name)
         for component, listener in self._branched_listeners():
             hf_shim(self.model).add_branch(component, int(listener.attrs["own_layers"]))

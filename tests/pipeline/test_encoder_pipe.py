@@ -1,11 +1,13 @@
 """bert_encoder shared by listening heads: one encoder pass, trainable, persistent."""
 
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import spacy
 from helpers import SMALL_ENCODER, TRAIN_TEXTS, count_calls, loader_config, textcat_examples
 from spacy.language import Language
+from spacy.training import Example
 
 from spacy_bert_pipes.models.encoder import bert as encoder_module
 
@@ -119,3 +121,28 @@ def test_vector_anchor_keeps_doc_vectors_near_the_checkpoints(tiny_bert: Path) -
             float(a @ b / ((a @ a) ** 0.5 * (b @ b) ** 0.5)) for a, b in zip(before, after)
         )
     assert similarity[5.0] > similarity[0.0], similarity
+
+
+@pytest.mark.parametrize("context,reads", [("doc", 1), ("auto", 1 + len(TRAIN_TEXTS))])
+def test_initialize_reads_the_examples_only_to_learn_from_them(
+    tiny_bert: Path, context: str, reads: int
+) -> None:
+    """The encoder checks the examples as spaCy does, on the first one; with
+    context = "auto" it then reads them all once, to learn the context, and
+    otherwise no more (a multitask corpus is ~34,000 examples)."""
+    nlp = spacy.blank("en")
+    encoder = nlp.add_pipe("bert_encoder", config={"model": {**SMALL_ENCODER, "context": context}})
+    examples = textcat_examples(nlp)
+    read = []
+
+    def get_examples() -> Iterator[Example]:
+        for example in examples:
+            read.append(example)
+            yield example
+
+    loader = spacy.registry.misc.get("spacy-bert-pipes.HFCheckpoint.v1")(source=str(tiny_bert))
+    encoder.initialize(get_examples, nlp=nlp, encoder_loader=loader)
+    assert len(read) == reads
+    for bad, error in [(lambda: [], "E930"), (lambda: 3, "E978"), (lambda: ["a doc"], "E978")]:
+        with pytest.raises(TypeError, match=error):
+            encoder.initialize(bad, nlp=nlp, encoder_loader=loader)
