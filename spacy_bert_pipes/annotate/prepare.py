@@ -150,8 +150,8 @@ def check_processes(options: AnnotateOptions) -> None:
         raise AnnotateError(
             f"--n-process {options.n_process} with --gpu-id {options.gpu_id}: spaCy forks its "
             "processes, and CUDA does not survive a fork (they would hang); use "
-            f"--workers {options.n_process} instead: processes forked from a fork server "
-            "that never touched the GPU, each loading the pipeline onto it"
+            f"--workers {options.n_process} instead: spawned processes that each load the "
+            "pipeline onto the GPU"
         )
     if options.n_process > 1 and options.workers > 1:
         raise AnnotateError(

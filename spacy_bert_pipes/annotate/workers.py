@@ -110,7 +110,13 @@ def run_annotation_workers(
         del nlp
         setup = functools.partial(_setup, pipeline, options, run.vectors, on_worker_chunk)
         try:
-            with WorkerPool(options.workers, setup, _annotate, threads=ANNOTATE_THREADS) as pool:
+            with WorkerPool(
+                options.workers,
+                setup,
+                _annotate,
+                threads=ANNOTATE_THREADS,
+                fork_server=options.gpu_id < 0,  # a GPU's workers are spawned
+            ) as pool:
                 return _run(run, pool, progress=progress, on_chunk=on_chunk, here=here)
         except WorkerSetupError as err:
             raise AnnotateError(

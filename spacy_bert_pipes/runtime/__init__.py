@@ -1,8 +1,8 @@
 """The runtime: how the host's processes and the device are kept busy, apart
 from what the pipes compute (the pipes know nothing of it).
 
-pool.py   `WorkerPool`: worker processes (forked from a fork server that
-          imported the package once) that share the machine and
+pool.py   `WorkerPool`: worker processes (on the CPU forked from a fork
+          server that imported the package once) that share the machine and
           its GPU, each set up once (a pipeline loaded), tasks handed out in
           order and their results yielded in order; a dead worker's task is
           retried once in a fresh worker, then given up as `WorkerLost`.

@@ -1,6 +1,6 @@
 """`pipe_in_workers`: `nlp.pipe` over a saved pipeline in N worker processes
-(forked from the pool's fork server, which never touches the GPU, so they
-can share one), Docs back in input order.
+(forked from the pool's fork server on the CPU, spawned for a GPU, which they
+share), Docs back in input order.
 
 The texts are cut into chunks of `chunk_size`; each worker runs
 `nlp.pipe(chunk, as_tuples=True, batch_size=...)` on whole chunks, as one
@@ -122,7 +122,7 @@ def pipe_in_workers(
             yield [(text, context if as_tuples else {}) for text, context in chunk]
 
     threads = max(1, available_cores() // n_workers)
-    with WorkerPool(n_workers, setup, work, threads=threads) as pool:
+    with WorkerPool(n_workers, setup, work, threads=threads, fork_server=gpu_id < 0) as pool:
         for number, result in enumerate(pool.map(tasks())):
             chunk_contexts = contexts.pop(0)
             if isinstance(result, WorkerLost):

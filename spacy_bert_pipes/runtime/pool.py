@@ -1,14 +1,15 @@
 """A pool of worker processes that share one machine and its GPU.
 
-Each worker is forked from a *fork server* (multiprocessing's "forkserver"
-start method): a clean process, started once per parent process, that imports
-`PRELOAD` (this package, spaCy, torch and transformers' BERT) and forks every
-worker from itself. A worker starts with those imports done instead of paying
-for them (~6 s of CPU per worker on a 2-core Xeon) and shares their memory
-pages with its siblings; a later pool in the same process reuses the server.
-The server never touches the GPU, so CUDA works in the workers as in spawned
-ones (a process forked after *its parent* touched the GPU hangs or fails in its
-first kernel). Where there is no fork server (Windows), workers are spawned. A
+On the CPU, each worker is forked from a *fork server* (multiprocessing's
+"forkserver" start method): a clean process, started once per parent process,
+that imports `PRELOAD` (this package, spaCy, torch and transformers' BERT) and
+forks every worker from itself. A worker starts with those imports done instead
+of paying for them (~6 s of CPU per worker on a 2-core Xeon) and shares their
+memory pages with its siblings; a later pool in the same process reuses the
+server. For a GPU (`fork_server=False`), and where there is no fork server
+(Windows), workers are spawned: the server's imports may reach the CUDA driver
+(thinc counts the GPUs when it is imported), and CUDA does not survive a fork
+of a process that has used it; spawned workers are what ran on an H200. A
 worker takes the environment (`os.environ`) its pool has when it starts it, as
 a spawned process would. Each worker runs `setup` once (e.g. loads a pipeline
 onto the GPU), then `work(state, task)` for one task at a time. The pool hands
@@ -113,10 +114,11 @@ def ended(exitcode: Optional[int]) -> str:
     return f"exit code {exitcode}"
 
 
-def start_context() -> Any:
+def start_context(fork_server: bool = True) -> Any:
     """The multiprocessing context workers start from: the fork server, with
-    `PRELOAD` to import (when it is not running yet), or spawn without one."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    `PRELOAD` to import (when it is not running yet), or spawn (for a GPU, or
+    where there is no fork server)."""
+    if not fork_server or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
@@ -199,9 +201,9 @@ class _Worker:
 
 
 class WorkerPool(Generic[S, T, R]):
-    """`workers` processes (forked from the fork server), each running `setup` once and then
-    `work(state, task)` per task. Use it as a context manager: leaving it stops
-    the workers (and kills those that do not stop).
+    """`workers` processes, each running `setup` once and then `work(state,
+    task)` per task. Use it as a context manager: leaving it stops the workers
+    (and kills those that do not stop).
 
     workers (int): The most worker processes (each started when a task waits for it).
     setup (Callable[[], S]): Run once in each worker; its result is the state
@@ -210,6 +212,8 @@ class WorkerPool(Generic[S, T, R]):
     work (Callable[[S, T], R]): Run in a worker for each task.
     threads (Optional[int]): Intra-op threads of each worker (torch, MKL,
         OpenMP); None leaves the libraries' defaults.
+    fork_server (bool): Fork the workers from the fork server (CPU work);
+        False spawns them (a worker that will use a GPU).
     """
 
     def __init__(
@@ -219,6 +223,7 @@ class WorkerPool(Generic[S, T, R]):
         work: Callable[[S, T], R],
         *,
         threads: Optional[int] = None,
+        fork_server: bool = True,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1: {workers}")
@@ -226,7 +231,7 @@ class WorkerPool(Generic[S, T, R]):
         self.setup = setup
         self.work = work
         self.threads = threads
-        self.context = start_context()
+        self.context = start_context(fork_server)
         self.workers: List[_Worker] = []  # started when tasks wait (see `map`)
         self.open = False
         self.setup_deaths = 0

@@ -125,7 +125,8 @@ def test_workers_fork_from_a_server_with_the_imports_done_in_the_pools_environme
 ) -> None:
     """The fork server imported PRELOAD before forking the worker (a spawned
     worker would import it again); a later pool reuses the server, and its
-    worker sees the environment as it is now, not as the server started."""
+    worker sees the environment as it is now, not as the server started. A
+    pool for a GPU (fork_server=False) spawns its workers."""
     monkeypatch.setenv("POOL_PROBE", "first")
     with WorkerPool(1, how_it_started, started) as pool:
         [(server, preloaded, probe)] = pool.map([None])
@@ -134,6 +135,10 @@ def test_workers_fork_from_a_server_with_the_imports_done_in_the_pools_environme
     with WorkerPool(1, how_it_started, started) as pool:
         [(again, preloaded, probe)] = pool.map([None])
     assert again == server and preloaded and probe == "second"
+    # for a GPU: spawned by this process, importing only what setup needs
+    with WorkerPool(1, how_it_started, started, fork_server=False) as pool:
+        [(parent, preloaded, probe)] = pool.map([None])
+    assert parent == os.getpid() and not preloaded and probe == "second"
 
 
 def test_how_a_process_ended_in_words() -> None:
