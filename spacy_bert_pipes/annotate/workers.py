@@ -24,7 +24,7 @@ from spacy.language import Language
 
 from ..io.output import VectorColumn, error_row
 from ..io.rows import InputRow
-from ..runtime.pool import WorkerLost, WorkerPool, WorkerSetupError
+from ..runtime.pool import WorkerLost, WorkerPool, WorkerSetupError, start_fork_server
 from ..runtime.threads import ANNOTATE_THREADS
 from .chunks import annotate_chunk, checked_chunks
 from .columns import with_columns
@@ -102,6 +102,8 @@ def run_annotation_workers(
         raise AnnotateError(f"workers must be at least 1: {options.workers}")
     with output_lock(run.output_path):
         run = locked_run(run)
+        if _workers_ahead(run):
+            start_fork_server()  # its imports beside this process's loading
         nlp = load_pipeline(pipeline, options)  # fails here, not in the workers
         run = with_columns(run, nlp)
         # on the CPU (and with no hook to call in a worker), this process may
@@ -122,6 +124,17 @@ def run_annotation_workers(
             raise AnnotateError(
                 f"{pipeline}: a worker could not load the pipeline: {err}"
             ) from None
+
+
+def _workers_ahead(run: AnnotateRun) -> bool:
+    """Whether this run will most likely fork CPU workers: more than one chunk
+    left (or a count not known yet), on the CPU (a GPU's workers are spawned)."""
+    if run.options.gpu_id >= 0:
+        return False
+    if run.total_rows is None:
+        return True
+    chunks = -(-run.total_rows // run.options.chunk_size)
+    return chunks - len(run.done) > 1
 
 
 def _run(

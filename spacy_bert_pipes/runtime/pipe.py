@@ -27,7 +27,7 @@ from ..loading import load_pipeline
 from ..models.encoder.listener import ENCODING_ATTR
 from ..models.types import Precision
 from .plan import auto_workers
-from .pool import WorkerError, WorkerLost, WorkerPool, available_cores
+from .pool import WorkerError, WorkerLost, WorkerPool, available_cores, start_fork_server
 
 Item = Tuple[str, Any]
 # The user_data key of the encoder's output on a doc: too big to send, and
@@ -107,6 +107,8 @@ def pipe_in_workers(
     if chunk_size < 1 or batch_size < 1:
         raise ValueError("chunk_size and batch_size must be at least 1")
     n_workers = workers or auto_workers(gpu_id)
+    if gpu_id < 0:
+        start_fork_server()  # its imports beside the loading below
     nlp = load_pipeline(pipeline, precision=precision)
     setup = functools.partial(_setup, str(pipeline), gpu_id, precision, reproducible, max_length)
     work = functools.partial(_run_chunk, batch_size)

@@ -30,6 +30,7 @@ raises `WorkerSetupError` before any task runs. Nothing waits on a dead process.
 """
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -123,6 +124,14 @@ def start_context(fork_server: bool = True) -> Any:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
     return context
+
+
+def start_fork_server() -> None:
+    """Start the fork server now, if it is not running: it imports `PRELOAD`
+    in the background, beside what this process does before its first pool
+    starts a worker (e.g. loading the pipeline to check it), instead of after."""
+    if start_context().get_start_method() == "forkserver":
+        multiprocessing.forkserver.ensure_running()
 
 
 def _serve(

@@ -8,6 +8,7 @@ The tasks are plain functions of this module: each worker imports it."""
 import functools
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, Tuple
@@ -139,6 +140,41 @@ def test_workers_fork_from_a_server_with_the_imports_done_in_the_pools_environme
     with WorkerPool(1, how_it_started, started, fork_server=False) as pool:
         [(parent, preloaded, probe)] = pool.map([None])
     assert parent == os.getpid() and not preloaded and probe == "second"
+
+
+SERVERS = """
+import os, sys
+from pathlib import Path
+from spacy_bert_pipes.runtime.pool import start_fork_server
+
+def servers():
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            line = (stat.parent / "cmdline").read_bytes().replace(b"\\0", b" ")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"forkserver" in line:
+            found.append(stat.parent.name)
+    return len(found)
+
+before = servers()
+start_fork_server()
+print(before, servers())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
+def test_the_fork_server_starts_before_the_first_pool() -> None:
+    """`start_fork_server` (annotate's workers engine and pipe_in_workers call
+    it before they load the pipeline) starts the server at once, so that its
+    imports run beside the loading; in a fresh process, where none ran."""
+    result = subprocess.run(
+        [sys.executable, "-c", SERVERS], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "1"]
 
 
 def test_how_a_process_ended_in_words() -> None:
