@@ -15,7 +15,7 @@ from ..models.encoder.loaders import HFCheckpointLoader
 from ..models.types import DocEncoding, DocEncodingGrad
 from .common import (
     ensure_encoding_extension,
-    first_example_checked,
+    initialize_examples,
     learn_encoder_context,
     load_encoder,
     prefetching_pipe,
@@ -197,7 +197,7 @@ class BertEncoderPipe(ConfiguredPipe):
             @misc = "spacy-bert-pipes.HFCheckpoint.v1".
         """
         # it learns from the examples only with context = "auto" (below)
-        first_example_checked(get_examples, "BertEncoderPipe.initialize")
+        initialize_examples(get_examples, "BertEncoderPipe.initialize", limit=1)
         load_encoder(self.model, encoder_loader, self.name)
         for component, listener in self._branched_listeners():
             hf_shim(self.model).add_branch(component, int(listener.attrs["own_layers"]))
