@@ -138,7 +138,12 @@ def test_all_annotates_with_the_one_pass_pipeline() -> None:
     assert report["no_skip"] is True  # it shows the heads apart once `one-pass` scored them
     assert "--one-pass metrics" in report["script"][0]
     evaluate = command(config, "evaluate-multitask")
-    for source in ("banking77", "nluplusplus", "conll2003", "restaurant8k"):
+    sources = ("banking77", "nluplusplus", "conll2003", "restaurant8k")
+    (line,) = evaluate["script"]  # one process scores each head on its own test set
+    assert " ".join(f"corpus/{source}/test.spacy" for source in sources) in line
+    for kind, suffix in (("--output", ".json"), ("--predictions", "_predictions.jsonl")):
+        assert " ".join(f"{kind} metrics/multitask_{s}{suffix}" for s in sources) in line
+    for source in sources:
         predictions = f"metrics/multitask_{source}_predictions.jsonl"
         assert predictions in evaluate["outputs"] and predictions in report["deps"]
         assert f"--predictions {predictions}" in report["script"][0]
@@ -210,16 +215,18 @@ def test_all_gpu_trains_the_one_pass_pipeline_on_full_data() -> None:
     assert "corpus/restaurant8k/test_all.spacy" in command(config, "evaluate-qa-slots-full")["deps"]
     assert evaluate["deps"] == ["training/multitask-full/model-routed", *tests.values()]
     report = command(config, "report-multitask-full")
-    for (source, test), line in zip(tests.items(), evaluate["script"]):
-        assert line.startswith(
-            f"python -m spacy_bert_pipes evaluate training/multitask-full/model-routed {test} "
-        )
-        assert "--gpu-id ${vars.gpu_id_full}" in line
-        for output in (
-            f"metrics/multitask_full_{source}.json",
-            f"metrics/multitask_full_{source}_predictions.jsonl",
-        ):
-            assert output in line and output in evaluate["outputs"]
+    # one process scores the four test sets, each with its own metrics and predictions
+    (line,) = evaluate["script"]
+    corpora = " ".join(tests.values())
+    assert line.startswith(
+        f"python -m spacy_bert_pipes evaluate training/multitask-full/model-routed {corpora} "
+    )
+    assert "--gpu-id ${vars.gpu_id_full}" in line
+    for kind, suffix in (("--output", ".json"), ("--predictions", "_predictions.jsonl")):
+        outputs = [f"metrics/multitask_full_{source}{suffix}" for source in tests]
+        assert " ".join(f"{kind} {output}" for output in outputs) in line  # DATA's order
+        for output in outputs:
+            assert output in evaluate["outputs"]
             assert output in report["deps"] and output in report["script"][0]
     annotate = command(config, "annotate-multitask-full")
     script = annotate["script"][0]

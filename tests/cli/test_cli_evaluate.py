@@ -133,6 +133,53 @@ def test_sample_scores_that_many_docs(textcat_ner: Dict[str, str], tmp_path: Pat
     assert len(predictions.read_text(encoding="utf8").splitlines()) == 2
 
 
+def test_several_corpora_are_scored_each_with_its_own_files(
+    textcat_ner: Dict[str, str], tmp_path: Path
+) -> None:
+    """One process, the pipeline loaded once: each DATA's scores and predictions
+    are those of an evaluation of it alone."""
+    nlp = spacy.blank("en")
+    docs = list(DocBin().from_disk(textcat_ner["data"]).get_docs(nlp.vocab))
+    DocBin(docs=docs[:3]).to_disk(tmp_path / "first3.spacy")
+    corpora = [textcat_ner["data"], str(tmp_path / "first3.spacy")]
+    outputs = [tmp_path / "all.json", tmp_path / "first3.json"]
+    predictions = [tmp_path / "all.jsonl", tmp_path / "first3.jsonl"]
+    args = ["evaluate", textcat_ner["pipeline"], *corpora, "--batch-size", "2"]
+    for output, prediction in zip(outputs, predictions):
+        args += ["--output", str(output), "--predictions", str(prediction)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"({textcat_ner['n']} docs)" in result.output and "(3 docs)" in result.output
+    for corpus, output, prediction in zip(corpora, outputs, predictions):
+        alone = tmp_path / "alone"
+        single = ["evaluate", textcat_ner["pipeline"], corpus, "--batch-size", "2"]
+        single += ["--output", str(alone / "s.json"), "--predictions", str(alone / "p.jsonl")]
+        assert runner.invoke(app, single).exit_code == 0
+        ours, theirs = json.loads(output.read_text()), json.loads((alone / "s.json").read_text())
+        ours.pop("speed"), theirs.pop("speed")
+        assert ours == theirs
+        assert prediction.read_bytes() == (alone / "p.jsonl").read_bytes()
+    assert len(read_jsonl(predictions[1])) == 3
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--output", "a.json"], "--output is given once for 2 DATA files"),
+        (["--predictions", "a", "--predictions", "b", "--predictions", "c"], "given 3 times"),
+        (["--output", "a.json", "--output", "a.json"], "--output a.json is given for more"),
+    ],
+)
+def test_files_for_several_corpora_must_pair_up(
+    textcat_ner: Dict[str, str], options: List[str], message: str
+) -> None:
+    data = textcat_ner["data"]
+    result = runner.invoke(app, ["evaluate", textcat_ner["pipeline"], data, data, *options])
+    assert result.exit_code == 1
+    assert message in result.output
+    assert "give one" in result.output or "needs its own file" in result.output
+
+
 def test_a_router_s_summary_and_per_label_table_count_its_decisions(
     textcat_ner: Dict[str, str], tmp_path: Path
 ) -> None:
