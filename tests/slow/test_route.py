@@ -48,12 +48,12 @@ def test_route_runs_from_assets_to_its_report(tmp_path: Path) -> None:
     assert steps[:2] == ["assets", "convert-clinc150"]
     for step in steps[:2]:
         run_workflow(project, step, SMALL)
-    # a tenth of CLINC150, so that each step runs in seconds: 10 training and 2 val
-    # queries per intent, 3 test queries per intent and 100 out-of-scope queries
+    # a twentieth of CLINC150, so that each step runs in seconds: 5 training
+    # queries, 1 val and 2 test queries per intent, and 50 out-of-scope queries
     corpus = project / "corpus" / "clinc150"
-    assert shrink(corpus / "train.spacy", 10, 0) == 1500
-    assert shrink(corpus / "val.spacy", 2, 100) == 400
-    assert shrink(corpus / "test.spacy", 3, 100) == 550
+    assert shrink(corpus / "train.spacy", 5, 0) == 750
+    assert shrink(corpus / "val.spacy", 1, 50) == 200
+    assert shrink(corpus / "test.spacy", 2, 50) == 350
     for step in steps[2:]:
         run_workflow(project, step, SMALL)
     metrics = project / "metrics"
@@ -61,14 +61,14 @@ def test_route_runs_from_assets_to_its_report(tmp_path: Path) -> None:
     for key in ("cats_accuracy", "cats_oos_auroc", "cats_oos_fpr95", "cats_oos_r", "cats_ece"):
         assert 0.0 <= scores[key] <= 1.0, key
     calibration = json.loads((metrics / "route_calibration.json").read_text())
-    assert calibration["method"] == "knn" and calibration["dev_in_scope_docs"] == 300
+    assert calibration["method"] == "knn" and calibration["dev_in_scope_docs"] == 150
     threshold = json.loads((metrics / "route_threshold.json").read_text())
     assert threshold["key"] == "cats_oos_f2" and len(threshold["scores"]) == 21
     best = threshold["best_threshold"]
     config = (project / "training" / "route" / "model-routed" / "config.cfg").read_text()
     assert f"oos_threshold = {best}" in config
     lines = (metrics / "route_predictions.jsonl").read_text().splitlines()
-    assert len(lines) == 550  # 450 in scope, 100 out of scope
+    assert len(lines) == 350  # 300 in scope, 50 out of scope
     last = json.loads(lines[-1])["components"]["bert_textcat"]
     assert last["gold"] == [] and last["route"]["decision"] in ("routed", "out_of_scope")
     report = (project / "reports" / "route" / "report.md").read_text()
