@@ -25,7 +25,7 @@ and in the pool.
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List
 
 import extras  # bench/extras.py: the references apart (Makefile)
 import numpy
@@ -40,8 +40,9 @@ from spacy_bert_pipes.discover import (
     frozen_vectors,
     kmeans_clusters,
     read_pool,
-    score_clusters,
+    score_pool,
 )
+from spacy_bert_pipes.discover.describe import centroid
 from spacy_bert_pipes.discover.labels import prototype_component
 from spacy_bert_pipes.discover.pool import embed_rows
 from spacy_bert_pipes.similar import unit_rows
@@ -51,13 +52,6 @@ extras.use()  # scikit-learn (k-means, silhouette, the scores)
 TRIM_COSINE = 0.5
 GRID_RATIO = 1.1
 MIN_CLUSTER_SIZE = 5
-
-
-def scored(labels: numpy.ndarray, intents: Sequence[str], held: set) -> Dict[str, Any]:
-    sizes = Counter(int(c) for c in labels.tolist() if c != NOISE)
-    rows = [k for k, intent in enumerate(intents) if intent in held]
-    scores = score_clusters([intents[k] for k in rows], [int(labels[k]) for k in rows], sizes)
-    return {"clusters": len(sizes), **{k: v for k, v in scores.items() if k != "docs"}}
 
 
 def k_grid(n: int) -> List[int]:
@@ -81,7 +75,7 @@ def silhouette_kmeans(unit: numpy.ndarray, seed: int) -> Dict[str, Any]:
         silhouettes[k] = float(silhouette_score(unit, labels, metric="cosine"))
     best = max(silhouettes, key=silhouettes.__getitem__)
     labels = kmeans_clusters(unit, best, seed=seed)
-    centres = unit_rows(numpy.stack([unit[labels == c].mean(0) for c in range(labels.max() + 1)]))
+    centres = numpy.stack([centroid(unit[labels == c]) for c in range(labels.max() + 1)])
     trimmed = labels.copy()
     trimmed[(unit * centres[labels]).sum(1) < TRIM_COSINE] = NOISE
     counts = Counter(trimmed[trimmed != NOISE].tolist())
@@ -124,7 +118,7 @@ def main(
             f"kmeans_silhouette_k{auto['k']}_trim{TRIM_COSINE}": auto["trimmed"],
         }
         for name, labels in runs.items():
-            results[f"{view}_{name}"] = scored(labels, intents, held)
+            results[f"{view}_{name}"] = score_pool(labels.tolist(), intents, held)
             shown = results[f"{view}_{name}"]
             print(
                 f"{view} {name}: NMI {shown['nmi']} ARI {shown['ari']} noise "

@@ -21,7 +21,7 @@ intent, and the known intents' test accuracy before and after. The math is
 """
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -36,7 +36,6 @@ from spacy_bert_pipes.convert.clinc150_discover import (
 )
 from spacy_bert_pipes.discover import (
     ASSIGNMENTS,
-    NOISE,
     baseline_clusters,
     frozen_vectors,
     label_intents,
@@ -44,7 +43,7 @@ from spacy_bert_pipes.discover import (
     read_pool,
     read_review,
     routed_to_intents,
-    score_clusters,
+    score_pool,
 )
 
 # The test scores compared before and after the new labels.
@@ -63,20 +62,6 @@ def kinds(intents: Sequence[str], held_out: Sequence[str]) -> Dict[str, int]:
         "held_out": n_held,
         "known": len(intents) - n_held - n_oos,
         "oos": n_oos,
-    }
-
-
-def scored(clusters: Sequence[int], intents: Sequence[str], held_out: Sequence[str]) -> Dict:
-    """Clusters of the pool scored on its held-out intents' queries, each
-    cluster's purity counted over all its docs."""
-    labels = [int(c) for c in clusters]
-    sizes = Counter(c for c in labels if c != NOISE)
-    held = set(held_out)
-    rows = [k for k, intent in enumerate(intents) if intent in held]
-    return {
-        "clusters": len(sizes),
-        "pool_noise_share": round(sum(c == NOISE for c in labels) / max(len(labels), 1), 4),
-        **score_clusters([intents[k] for k in rows], [labels[k] for k in rows], sizes),
     }
 
 
@@ -109,10 +94,10 @@ def main(
         f"pool: {kinds(intents, held_out)} of the traffic's {kinds(list(gold.values()), held_out)}"
     )
 
-    clustering: Dict[str, Any] = {"router": scored(clusters, intents, held_out)}
+    clustering: Dict[str, Any] = {"router": score_pool(clusters, intents, held_out)}
     unit = frozen_vectors([texts[i] for i in pool_ids], checkpoint=encoder)
     for name, labels in baseline_clusters(unit, len(held_out), seed=seed).items():
-        clustering[f"frozen_{name}"] = scored(labels.tolist(), intents, held_out)
+        clustering[f"frozen_{name}"] = score_pool(labels.tolist(), intents, held_out)
     for name, scores in clustering.items():
         print(f"{name}: " + ", ".join(f"{key} {scores[key]}" for key in SHOWN))
 

@@ -39,6 +39,7 @@ from .score import (
     label_intents,
     routed_to_intents,
     score_clusters,
+    score_pool,
 )
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "review_examples",
     "routed_to_intents",
     "score_clusters",
+    "score_pool",
     "suggested_name",
     "write_discovery",
 ]

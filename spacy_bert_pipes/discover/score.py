@@ -5,7 +5,8 @@ project.yml, bench/discover_frozen.py).
 - `score_clusters`: NMI and ARI of the clusters against the intents (the docs
   in no cluster count as one more cluster), and `discovered_intents`: an
   intent is discovered when one cluster holds at least half of its docs and
-  at least 80% of that cluster is that intent.
+  at least 80% of that cluster is that intent; `score_pool` scores a whole
+  pool's clusters on its held-out intents' docs, as the workflow does.
 - `frozen_vectors` and `baseline_clusters`: what a discovery is compared with,
   the encoder checkpoint's own sentence vectors clustered by k-means at the
   true K and by the default density clustering.
@@ -15,7 +16,7 @@ project.yml, bench/discover_frozen.py).
 """
 
 from collections import Counter
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 import numpy
 
@@ -93,6 +94,29 @@ def score_clusters(
         "noise_share": None if empty else round(float((labels == NOISE).mean()), 4),
         "discovered": len(found),
         "discovered_intents": sorted(found),
+    }
+
+
+def score_pool(
+    clusters: Sequence[int], intents: Sequence[str], held_out: Iterable[str]
+) -> Dict[str, Any]:
+    """Clusters of a whole pool scored on its held-out intents' docs, as the
+    `discover` workflow scores them: each cluster's purity counted over all its
+    docs (out-of-scope and known-intent ones included).
+
+    clusters (Sequence[int]): Each pooled doc's cluster (-1: none).
+    intents (Sequence[str]): Each pooled doc's true intent ("oos": none).
+    held_out (Iterable[str]): The intents held out of training.
+    RETURNS (Dict[str, Any]): {clusters, pool_noise_share} and `score_clusters`'s.
+    """
+    labels = [int(c) for c in clusters]
+    sizes = Counter(c for c in labels if c != NOISE)
+    held = set(held_out)
+    rows = [k for k, intent in enumerate(intents) if intent in held]
+    return {
+        "clusters": len(sizes),
+        "pool_noise_share": round(sum(c == NOISE for c in labels) / max(len(labels), 1), 4),
+        **score_clusters([intents[k] for k in rows], [labels[k] for k in rows], sizes),
     }
 
 

@@ -14,6 +14,7 @@ from spacy_bert_pipes.discover import (
     label_intents,
     routed_to_intents,
     score_clusters,
+    score_pool,
 )
 
 # a: 3 of its 4 docs in cluster 0, all of it; b: all 4 in cluster 1, with
@@ -67,6 +68,22 @@ def test_score_clusters(extras: None) -> None:
     assert split["nmi"] == 0.3437 and split["discovered_intents"] == ["b"]
     assert score_clusters(INTENTS, CLUSTERS, {0: 3, 1: 6})["discovered"] == 1
     assert score_clusters([], [])["nmi"] is None
+
+
+def test_score_pool_counts_purity_over_the_whole_pool(extras: None) -> None:
+    """Only the held-out intents' docs are scored, but a cluster's other docs
+    (out of scope, known intents) count against its purity."""
+    pytest.importorskip("sklearn")
+    clusters = [0, 0, 0, 1, 1, -1, 1]
+    intents = ["a", "a", "oos", "b", "b", "a", "known"]
+    scores = score_pool(clusters, intents, ["a", "b"])
+    assert scores["clusters"] == 2 and scores["pool_noise_share"] == round(1 / 7, 4)
+    assert scores["docs"] == 5  # a, a, b, b, a: the held-out intents' docs
+    # a: 2 of its 3 docs in cluster 0, 2 of that cluster's 3 docs (67% < 80%)
+    # b: both in cluster 1, 2 of its 3 docs (67%): neither is discovered
+    assert scores["discovered"] == 0
+    # the same held-out docs, the others in clusters of their own: both discovered
+    assert score_pool([0, 0, 2, 1, 1, -1, 3], intents, ["a", "b"])["discovered"] == 2
 
 
 def test_label_intents() -> None:
