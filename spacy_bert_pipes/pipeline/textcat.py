@@ -355,8 +355,10 @@ class BertTextCategorizer(ConfiguredPipe):
     ) -> None:
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
-        predictions next to the trained labels."""
+        predictions next to the trained labels, and its examples join the
+        calibrated out-of-scope fit (`ScopeRouter.add_examples`)."""
         self.prototypes.add_described_label(label, descriptions, examples)
+        self.router.add_examples(list(examples))
 
     def adapt_to_texts(
         self,

@@ -41,6 +41,7 @@ from ..models.heads.scope import (
     TEMPERATURE_ATTR,
     ScopeFit,
     confidence,
+    extend_fit,
     fit_scope,
     fit_temperature,
     get_fit,
@@ -186,6 +187,16 @@ class ScopeRouter:
         probs = self.model.ops.to_numpy(scores.probs)
         for doc, route in zip(docs, self.routes(probs, scores.confidence)):
             doc._.set(self.attr, route)
+
+    def add_examples(self, docs: List[Doc]) -> None:
+        """A new label's example docs join the out-of-scope fit, as training
+        docs would have (`extend_fit`): without them, "knn" and "mahalanobis"
+        would keep calling the new label's docs out of scope."""
+        fit = self.fit
+        if fit is None or not docs or fit.method == "max_prob":
+            return
+        X, _ = self.forward(docs)
+        set_fit(self.model, extend_fit(fit, X))
 
     # --- calibrating -----------------------------------------------------------------
     def gold_index(self, example: Example) -> Optional[int]:

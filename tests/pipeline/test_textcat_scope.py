@@ -256,3 +256,36 @@ def test_a_listener_calibrates_on_the_shared_encoder(tiny_bert: Path, tmp_path: 
     assert [r["decision"] == "routed" for r in routes] == [
         r["confidence"] >= report["oos_threshold"] for r in routes
     ]
+
+
+@pytest.mark.parametrize("method", ["knn", "mahalanobis", "max_prob"])
+def test_a_new_labels_examples_join_the_out_of_scope_fit(
+    tiny_bert: Path, tmp_path: Path, method: str
+) -> None:
+    nlp = trained(tiny_bert, "PrototypeCatModel", oos_method=method)
+    train = write_corpus(tmp_path / "train.spacy", textcat_examples(nlp))
+    calibrate_pipeline(nlp, train, write_corpus(tmp_path / "dev.spacy", dev_examples(nlp)))
+    textcat = nlp.get_pipe("bert_textcat")
+    before = dict(textcat.model.attrs[SCOPE_ATTR])
+    new = [nlp.make_doc(text) for text in OUT_OF_SCOPE[:2]]
+    conf_before = textcat.router.confidences(new)
+    textcat.add_described_label("elsewhere", [], new)
+    after = textcat.model.attrs[SCOPE_ATTR]
+    numpy.testing.assert_array_equal(after["reference"], before["reference"])
+    if method == "max_prob":
+        assert after == before
+        return
+    if method == "knn":  # the examples are their own nearest training docs
+        assert len(after["vectors"]) == len(before["vectors"]) + 2
+        assert (textcat.router.confidences(new) == 1.0).all()
+    else:  # one more class mean, the examples' mean
+        assert len(after["means"]) == len(before["means"]) + 1
+        X, _ = textcat.router.forward(new)
+        numpy.testing.assert_allclose(after["means"][-1], X.mean(axis=0), atol=1e-5)
+    assert (textcat.router.confidences(new) >= conf_before).all()
+    # saved and loaded with the pipeline
+    nlp.to_disk(tmp_path / "extended")
+    loaded = spacy.load(tmp_path / "extended").get_pipe("bert_textcat")
+    numpy.testing.assert_allclose(
+        loaded.router.confidences(new), textcat.router.confidences(new), atol=1e-6
+    )

@@ -204,6 +204,29 @@ def fit_scope(
     return fit
 
 
+def extend_fit(fit: ScopeFit, vectors: numpy.ndarray) -> ScopeFit:
+    """The fit with a new label's example docs added, as if they had been
+    training docs: "knn" keeps their vectors beside the training docs', and
+    "mahalanobis" takes their mean as the new label's class mean (under the
+    covariance fit before); "max_prob" has nothing to add. The reference
+    scores stay: they are the in-scope dev docs' of the calibration.
+
+    vectors (numpy.ndarray): The example docs' features. (n, width)
+    RETURNS (ScopeFit): A new fit; `fit` is not changed.
+    """
+    X = numpy.asarray(vectors, dtype="f")
+    if not len(X) or fit.method == "max_prob":
+        return fit
+    data = fit.to_dict()
+    if fit.method == "knn":
+        assert fit.vectors is not None
+        data["vectors"] = numpy.concatenate([fit.vectors, unit_rows(X)])
+    else:
+        assert fit.means is not None
+        data["means"] = numpy.concatenate([fit.means, X.mean(axis=0, keepdims=True)])
+    return ScopeFit.from_dict(data)
+
+
 def get_fit(model: Model) -> Optional[ScopeFit]:
     """The out-of-scope fit saved in a classifier model's attrs, if any."""
     data = model.attrs.get(SCOPE_ATTR)

@@ -7,6 +7,7 @@ from thinc.api import Model
 from spacy_bert_pipes.models.heads.scope import (
     ScopeFit,
     confidence,
+    extend_fit,
     fit_gaussian,
     fit_scope,
     fit_temperature,
@@ -130,3 +131,27 @@ def test_temperature_scaling_recovers_the_temperature_of_the_data() -> None:
     assert numpy.allclose(scaled.sum(1), 1.0, atol=1e-5)
     assert (scaled.argmax(1) == over_confident.argmax(1)).all()
     assert numpy.allclose(scaled, true, atol=0.05)
+
+
+def test_extend_fit_adds_a_labels_examples_as_training_docs() -> None:
+    X, y, _ = clusters()
+    probs = numpy.full((len(X), 3), 1 / 3, dtype="f")
+    new = numpy.asarray([[50.0, 0, 0, 0, 0], [52.0, 1, 0, 0, 0]], dtype="f")
+    for method in ("knn", "mahalanobis"):
+        fit = fit_scope(
+            method, train_vectors=X, train_labels=y, n_labels=3, ref_vectors=X, ref_probs=probs
+        )
+        extended = extend_fit(fit, new)
+        assert extended is not fit and (extended.reference == fit.reference).all()
+        # the examples score as in scope as the training docs do, not before
+        assert raw_scores(extended, method, new, probs[:2]).max() < fit.reference.max()
+        assert raw_scores(fit, method, new, probs[:2]).min() > fit.reference.max()
+    fit = fit_scope(
+        "max_prob",
+        train_vectors=None,
+        train_labels=None,
+        n_labels=3,
+        ref_vectors=None,
+        ref_probs=probs,
+    )
+    assert extend_fit(fit, new) is fit
