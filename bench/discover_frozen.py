@@ -8,9 +8,10 @@ CLINC150 with 30 of its 150 intents held out (chosen with the seed, as
 would flag on test: the held-out intents' 900 test queries and the 1,000
 out-of-scope test queries. Each query's vector is the default encoder's
 sentence vector (`discover.frozen_vectors`, unit length). Clustered with
-`discover.density_clusters` (HDBSCAN* over a 15-nearest-neighbour graph, the
-default of `bert-pipes discover`, at min cluster sizes 5 and 10) and with
-`discover.kmeans_clusters` at the true K = 30. Scored on the held-out queries
+`discover.cluster_pool` with K from the data (`bert-pipes discover`'s default,
+`--clusters auto`), with `discover.density_clusters` (HDBSCAN* over a
+15-nearest-neighbour graph, `--clusters density`, at min cluster sizes 5 and
+10) and with `discover.kmeans_clusters` at the true K = 30. Scored on the held-out queries
 only: NMI and ARI against their intents (noise counts as one more cluster), the
 share left as noise, and the intents discovered (`discover.score_clusters`): one
 cluster holds at least half of an intent's queries and at least 80% of that
@@ -30,13 +31,15 @@ import typer
 
 from spacy_bert_pipes.convert import held_out_intents
 from spacy_bert_pipes.discover import (
+    cluster_pool,
     density_clusters,
     frozen_vectors,
     kmeans_clusters,
     score_clusters,
 )
+from spacy_bert_pipes.discover.cluster import AUTO
 
-extras.use()  # scikit-learn (k-means, the scores)
+extras.use()  # scikit-learn (k-means, silhouettes, the scores)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "clinc150" / "data_full.json"
@@ -68,8 +71,10 @@ def main(seeds: str = typer.Option("0,1", help="Seeds choosing the held-out inte
         unit = frozen_vectors(texts)
         held = numpy.asarray([i != "oos" for _, i in pool])
         gold = [i for _, i in pool if i != "oos"]
+        auto, method = cluster_pool(unit, AUTO, seed=seed)
         runs = {
             "kmeans_k30": kmeans_clusters(unit, HELD_OUT, seed=seed),
+            f"kmeans_auto_k{method['k']}": auto,
             "density_min5": density_clusters(unit, min_cluster_size=5),
             "density_min10": density_clusters(unit, min_cluster_size=10),
         }

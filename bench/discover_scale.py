@@ -1,7 +1,7 @@
 """`bert-pipes discover` on many docs: wall time and peak memory (not a test).
 
     python bench/discover_scale.py [--rows 100000] [--queries 0] [--threads 2]
-        [--clusters K] [--format parquet] [--cache FILE] [--work-dir DIR]
+        [--clusters auto|density|K] [--format parquet] [--cache FILE] [--work-dir DIR]
         [--output FILE]
 
 The acceptance line it measures: `bert-pipes discover` on 100,000 unrouted docs
@@ -24,7 +24,7 @@ The acceptance line it measures: `bert-pipes discover` on 100,000 unrouted docs
    real directions, no exact duplicates) and its text " #<repeat>" (digits are
    no keyword).
 3. `bert-pipes discover OUTPUT DIR` as a user runs it (default settings;
-   `--clusters K` for k-means), a subprocess with OMP_NUM_THREADS,
+   `--clusters density` or K to choose), a subprocess with OMP_NUM_THREADS,
    MKL_NUM_THREADS and OPENBLAS_NUM_THREADS set to `--threads` (faiss and
    torch use OpenMP, numpy its BLAS); what the subprocess's torch and faiss
    take from them is checked in a subprocess of its own and recorded.
@@ -66,7 +66,7 @@ from spacy_bert_pipes.convert.banking77_oos import sha256  # noqa: E402
 from spacy_bert_pipes.discover import SUMMARY, frozen_vectors  # noqa: E402
 from spacy_bert_pipes.io.output import OutputColumns, VectorColumn, concatenate, write_rows  # noqa: E402
 
-extras.use()  # scikit-learn, for `discover --clusters`
+extras.use()  # scikit-learn, for discover's k-means
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "clinc150" / "data_full.json"
@@ -252,8 +252,8 @@ def thread_settings(env: Dict[str, str]) -> Dict[str, Any]:
 def main(
     rows: int = typer.Option(100_000, min=1, help="Docs of the OUTPUT, none routed"),
     threads: int = typer.Option(2, min=1, help="Threads of torch and faiss (OpenMP) and BLAS"),
-    clusters: Optional[int] = typer.Option(
-        None, min=1, help="Pass --clusters K (k-means) to discover; default: its default"
+    clusters: Optional[str] = typer.Option(
+        None, help="Pass --clusters (auto, density or K) to discover; default: its default"
     ),
     fmt: str = typer.Option("parquet", "--format", help="The OUTPUT's format: parquet or jsonl"),
     distinct: int = typer.Option(
@@ -290,7 +290,7 @@ def main(
         del vectors
         gc.collect()
         found = folder / "discovered"
-        options = ["--clusters", str(clusters)] if clusters is not None else []
+        options = ["--clusters", clusters] if clusters is not None else []
         executable = Path(sys.executable).with_name("bert-pipes")
         command = [
             str(executable) if executable.exists() else "bert-pipes",

@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..discover import NEAR_COSINE, REVIEW, discover, write_discovery
+from ..discover import DEFAULT_CLUSTERS, NEAR_COSINE, REVIEW, discover, write_discovery
+from ..discover.cluster import parse_clusters
 from ..io.errors import ConversionError
 from .common import app, fail, text_column_option
 
@@ -42,12 +43,11 @@ def discover_cli(
     id_column: Optional[str] = typer.Option(
         None, "--id-column", help="The id column of --texts (default: 'id' if it has one)"
     ),
-    n_clusters: Optional[int] = typer.Option(
-        None,
+    clusters: str = typer.Option(
+        DEFAULT_CLUSTERS,
         "--clusters",
-        min=1,
-        help="K clusters by k-means (scikit-learn) instead of as many as the data holds",
-        show_default=False,
+        help="'auto': k-means, K from the data (the silhouette on a sample); 'density': as "
+        "many as the density holds, scattered docs left out (HDBSCAN*); or K, a number",
     ),
     min_cluster_size: int = typer.Option(
         5, "--min-cluster-size", min=2, help="The fewest docs of a cluster"
@@ -63,7 +63,7 @@ def discover_cli(
         help="A cluster whose centroid has this cosine with a label is 'near' it, "
         "else a 'new intent'",
     ),
-    seed: int = typer.Option(0, "--seed", help="The seed of k-means and of sampled docs"),
+    seed: int = typer.Option(0, "--seed", help="The seed of k-means and of the sampled docs"),
     review: str = typer.Option(
         REVIEW, "--review", help="The review file's name in OUTPUT_DIR: .jsonl, or .csv"
     ),
@@ -78,6 +78,10 @@ def discover_cli(
     fill in), assignments.jsonl (each pooled doc's cluster, -1: none),
     summary.json and clusters.png. See docs/discover.md.
     """
+    try:
+        parse_clusters(clusters)
+    except ValueError as err:
+        fail(str(err))
     nlp = None
     if pipeline is not None:
         from ..loading import PipelineLoadError, load_pipeline
@@ -94,7 +98,7 @@ def discover_cli(
             nlp=nlp,
             texts=texts,
             include_ambiguous=include_ambiguous,
-            n_clusters=n_clusters,
+            clusters=clusters,
             min_cluster_size=min_cluster_size,
             seed=seed,
             near_cosine=near_cosine,

@@ -2,20 +2,29 @@
 
 From a `bert-pipes annotate` OUTPUT with its `route` column, the docs sent
 `out_of_scope` (and `ambiguous`, when asked) are clustered on their vectors,
-as many clusters as the data holds with scattered docs left out, and each
-cluster is described for a person to review: its size, the words that set it
-apart, a suggested name, the nearest known label and a few representative
-docs. The review, with its actions filled in, gives `bert-pipes add-label
---review` the new labels and their examples.
+as many clusters as the data holds, and each cluster is described for a
+person to review: its size, the words that set it apart, a suggested name,
+the nearest known label and a few representative docs. The review, with its
+actions filled in, gives `bert-pipes add-label --review` the new labels and
+their examples.
 
-The package: `pool` reads the OUTPUT, `cluster` clusters unit vectors,
-`describe` names and places a cluster, `labels` gives the known labels as
-vectors, `run` puts them together (`discover`), `review` writes the files and
-reads the review back, `picture` draws the clusters among the labels, `score`
-scores clusters against true intents where a benchmark knows them.
+The package: `pool` reads the OUTPUT, `cluster` clusters unit vectors (K from
+the data or given, or by density), `describe` names and places a cluster,
+`labels` gives the known labels as vectors, `run` puts them together
+(`discover`), `review` writes the files and reads the review back, `picture`
+draws the clusters among the labels, `score` scores clusters against true
+intents where a benchmark knows them.
 """
 
-from .cluster import NOISE, density_clusters, kmeans_clusters, knn_graph
+from .cluster import (
+    DEFAULT_CLUSTERS,
+    NOISE,
+    choose_k,
+    cluster_pool,
+    density_clusters,
+    kmeans_clusters,
+    knn_graph,
+)
 from .describe import NEAR_COSINE, keywords, representatives, suggested_name
 from .labels import LabelSpace
 from .pool import Pool, read_pool
@@ -45,6 +54,7 @@ from .score import (
 __all__ = [
     "ASSIGNMENTS",
     "Cluster",
+    "DEFAULT_CLUSTERS",
     "Discovery",
     "DiscoveryFiles",
     "LabelSpace",
@@ -56,6 +66,8 @@ __all__ = [
     "ReviewRow",
     "SUMMARY",
     "baseline_clusters",
+    "choose_k",
+    "cluster_pool",
     "density_clusters",
     "discover",
     "discovered_intents",

@@ -1,5 +1,6 @@
-"""Clusters among unit vectors: as many as the data holds, scattered docs left
-out (`density_clusters`), or K of them (`kmeans_clusters`).
+"""Clusters among unit vectors: K of them by k-means, K from the data
+(`choose_k`) or given (`kmeans_clusters`), or as many as the density holds,
+scattered docs left out (`density_clusters`); `cluster_pool` picks by name.
 
 `density_clusters` is HDBSCAN* (Campello, Moulavi and Sander, 2013; as McInnes
 and Healy's `hdbscan` computes it) over a graph of k nearest neighbours instead
@@ -21,10 +22,18 @@ n²:
    doc under no kept cluster is noise (-1).
 
 `kmeans_clusters` is scikit-learn's KMeans on the unit vectors (the `discover`
-extra), for when the number of clusters is known.
+extra), for K clusters; `choose_k` finds K from the data: on a sample of at most
+SILHOUETTE_SAMPLE docs, k-means for each K of a geometric grid and the mean
+cosine silhouette of its clusters (Rousseeuw, 1987); K is the largest whose
+silhouette is within K_TOLERANCE of the best. The curve is flat near its top
+(one K is about as good as its neighbours), and of two near-equal K the larger
+is the cheaper mistake for a reviewer: merging two clusters is one action,
+splitting a mixed one is reading all of it. The sample bounds the search's
+time and memory whatever the pool's size.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+import warnings
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy
 
@@ -36,7 +45,20 @@ NOISE = -1
 BLOCK = 256
 # Neighbours per doc in the graph: at least this many, and at least min_samples.
 GRAPH_K = 15
+# `choose_k`: the docs it samples, its grid's step, its tolerance and largest K
+SILHOUETTE_SAMPLE = 4000
+K_STEP = 1.15
+K_TOLERANCE = 0.05
+MAX_CLUSTERS = 200
+# `--clusters`: K by silhouette (k-means), or as many as the density holds
+AUTO, DENSITY = "auto", "density"
+DEFAULT_CLUSTERS = AUTO
 DISCOVER_EXTRA = "pip install 'spacy-bert-pipes[discover]'  (or: pip install scikit-learn)"
+# what k-means (--clusters auto or K) says when scikit-learn is missing
+KMEANS_NEEDS = (
+    f"k-means (--clusters auto, or a number) needs scikit-learn: {DISCOVER_EXTRA}; "
+    "--clusters density needs neither"
+)
 
 
 def knn_graph(
@@ -304,12 +326,129 @@ def kmeans_clusters(
         raise ValueError(f"the number of clusters must be at least 1: {n_clusters}")
     if n_clusters > len(unit):
         raise ValueError(f"{n_clusters} clusters asked of {len(unit)} docs")
-    try:
-        from sklearn.cluster import KMeans
-    except ImportError as error:
-        raise ImportError(f"--clusters (k-means) needs scikit-learn: {DISCOVER_EXTRA}") from error
-    model: Any = KMeans(n_clusters=n_clusters, n_init=3, random_state=seed)
-    labels = numpy.asarray(model.fit_predict(unit), dtype="int64")
+    labels = _kmeans(unit, n_clusters, seed, n_init=3)
     counts = numpy.bincount(labels, minlength=n_clusters)
     labels[counts[labels] < min_cluster_size] = NOISE
     return renumber(labels)
+
+
+def choose_k(
+    unit: numpy.ndarray,
+    *,
+    min_cluster_size: int = 5,
+    max_clusters: int = MAX_CLUSTERS,
+    sample: int = SILHOUETTE_SAMPLE,
+    seed: int = 0,
+    progress: bool = False,
+) -> Tuple[int, Dict[int, float]]:
+    """The number of clusters the data holds, by the cosine silhouette of
+    k-means on a sample (see the module's docstring).
+
+    unit (numpy.ndarray): Unit-length rows. (n, width)
+    min_cluster_size (int): The fewest docs of a cluster: K is at most the
+        sample's size over it.
+    max_clusters (int): The largest K tried.
+    sample (int): The most docs the silhouettes are measured on (seeded).
+    RETURNS (Tuple[int, Dict[int, float]]): K, and each K tried with its
+        silhouette (empty when the sample is too small to split: K is 1).
+    """
+    if max_clusters < 2:
+        raise ValueError(f"the most clusters must be at least 2: {max_clusters}")
+    rng = numpy.random.default_rng(seed)
+    rows = numpy.arange(len(unit))
+    if len(rows) > sample:
+        rows = numpy.sort(rng.choice(rows, size=sample, replace=False))
+    part = unit[rows]
+    top = min(max_clusters, len(part) // max(min_cluster_size, 1), len(part) - 1)
+    grid = k_grid(top)
+    if not grid:
+        return 1, {}
+    try:
+        from sklearn.metrics import silhouette_score
+    except ImportError as error:
+        raise ImportError(KMEANS_NEEDS) from error
+    curve: Dict[int, float] = {}
+    with progress_bar(len(grid), 0, unit=" K", desc="Choosing K", disable=not progress) as bar:
+        for k in grid:
+            with warnings.catch_warnings():  # fewer distinct docs than k: said below
+                warnings.simplefilter("ignore", category=UserWarning)
+                labels = _kmeans(part, k, seed, n_init=2)
+            if len(numpy.unique(labels)) < k:  # no more distinct docs than that
+                break
+            curve[k] = float(silhouette_score(part, labels, metric="cosine"))
+            bar.update(1)
+    if not curve:
+        return 1, {}
+    best = max(curve.values())
+    floor = best - K_TOLERANCE * abs(best)
+    return max(k for k, value in curve.items() if value >= floor), curve
+
+
+def k_grid(top: int) -> List[int]:
+    """K = 2, 3, ... up to `top`: each the larger of the last + 1 and K_STEP
+    times the last."""
+    grid: List[int] = []
+    k = 2
+    while k <= top:
+        grid.append(k)
+        k = max(k + 1, int(round(k * K_STEP)))
+    return grid
+
+
+def _kmeans(unit: numpy.ndarray, n_clusters: int, seed: int, *, n_init: int) -> numpy.ndarray:
+    try:
+        from sklearn.cluster import KMeans
+    except ImportError as error:
+        raise ImportError(KMEANS_NEEDS) from error
+    model: Any = KMeans(n_clusters=n_clusters, n_init=n_init, random_state=seed)
+    return numpy.asarray(model.fit_predict(unit), dtype="int64")
+
+
+def cluster_pool(
+    unit: numpy.ndarray,
+    clusters: Union[int, str] = DEFAULT_CLUSTERS,
+    *,
+    min_cluster_size: int = 5,
+    seed: int = 0,
+    progress: bool = False,
+) -> Tuple[numpy.ndarray, Dict[str, Any]]:
+    """The pool's clusters by the method `clusters` names: "auto" (k-means, K
+    by `choose_k`), "density" (`density_clusters`) or K (k-means).
+
+    RETURNS (Tuple[numpy.ndarray, Dict[str, Any]]): A cluster per row (-1:
+        none), and the method for the summary: {method, k, silhouettes}.
+    """
+    clusters = parse_clusters(clusters)
+    if clusters == DENSITY:
+        labels = density_clusters(unit, min_cluster_size=min_cluster_size, progress=progress)
+        return labels, {"method": f"HDBSCAN* over a {GRAPH_K}-nearest-neighbour graph"}
+    curve: Dict[int, float] = {}
+    if clusters == AUTO:
+        k, curve = choose_k(unit, min_cluster_size=min_cluster_size, seed=seed, progress=progress)
+        sampled = min(len(unit), SILHOUETTE_SAMPLE)
+        method = f"k-means, K = {k} by the cosine silhouette of {sampled} docs"
+    else:
+        k = int(clusters)
+        method = f"k-means, {k} clusters"
+    labels = kmeans_clusters(unit, k, min_cluster_size=min_cluster_size, seed=seed)
+    return labels, {
+        "method": method,
+        "k": k,
+        "silhouettes": {str(x): round(v, 4) for x, v in curve.items()},
+    }
+
+
+def parse_clusters(value: Union[int, str]) -> Union[int, str]:
+    """`--clusters` checked: "auto", "density", or a whole number K >= 1."""
+    if isinstance(value, str) and value in (AUTO, DENSITY):
+        return value
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1 or str(value).strip() != str(k):
+        raise ValueError(
+            f"--clusters must be '{AUTO}' (k-means, K from the data), '{DENSITY}' (as many as "
+            f"the density holds, scattered docs left out) or a number of clusters: {value!r}"
+        )
+    return k

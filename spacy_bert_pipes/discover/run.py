@@ -7,8 +7,9 @@ a `bert-pipes annotate` OUTPUT to the clusters a person reviews.
 2. Their vectors: the OUTPUT's `vector` column, else `doc.vector` by the
    pipeline (a `bert_vectors` component), else the sentence vectors of its
    router's own encoder (a bert_textcat with label prototypes).
-3. `density_clusters` (as many as the data holds, scattered docs -1) or
-   `kmeans_clusters` (K given), on unit vectors.
+3. `cluster_pool` on unit vectors: k-means with K from the data (`choose_k`)
+   or given, or `density_clusters` (as many as the density holds, scattered
+   docs -1).
 4. Per cluster: `keywords` and a `suggested_name`, `representatives`, and the
    nearest known label (`labels.LabelSpace`) with a `verdict`.
 """
@@ -21,7 +22,7 @@ import numpy
 
 from ..io.errors import ConversionError
 from ..similar import unit_rows
-from .cluster import GRAPH_K, NOISE, density_clusters, kmeans_clusters
+from .cluster import DEFAULT_CLUSTERS, NOISE, cluster_pool, parse_clusters
 from .describe import (
     NEAR_COSINE,
     centroid,
@@ -114,7 +115,7 @@ def discover(
     nlp: Optional["Language"] = None,
     texts: Optional[Union[str, Path]] = None,
     include_ambiguous: bool = False,
-    n_clusters: Optional[int] = None,
+    clusters: Union[int, str] = DEFAULT_CLUSTERS,
     min_cluster_size: int = 5,
     seed: int = 0,
     near_cosine: float = NEAR_COSINE,
@@ -135,8 +136,9 @@ def discover(
     texts (Optional[Union[str, Path]]): The input the OUTPUT was annotated
         from, for the texts it did not keep (matched by id).
     include_ambiguous (bool): Pool the "ambiguous" docs with the "out_of_scope" ones.
-    n_clusters (Optional[int]): K clusters by k-means; None: as many as the
-        data holds (`density_clusters`).
+    clusters (Union[int, str]): "auto": k-means, K from the data by the
+        silhouette (`choose_k`); "density": as many as the density holds,
+        scattered docs left out (`density_clusters`); K: k-means, K clusters.
     min_cluster_size (int): The fewest docs of a cluster.
     seed (int): The seed of k-means and of the docs sampled for the labels.
     near_cosine (float): The cosine from which a cluster is "near" a label.
@@ -146,6 +148,7 @@ def discover(
     RETURNS (Discovery): The clusters, each doc's cluster and a summary.
     RAISES (ConversionError): A bad row, named; (ValueError): bad settings.
     """
+    how = parse_clusters(clusters)
     if min_cluster_size < 2:
         raise ValueError(f"--min-cluster-size must be at least 2: {min_cluster_size}")
     if n_representatives < 1:
@@ -175,12 +178,13 @@ def discover(
     _fill_texts(pool, rows + routed_sample, texts, text_column, id_column)
     row_texts = [str(pool.texts[row]) for row in rows]
     unit = _unit_vectors(pool, rows, nlp, progress, embedder)
+    method: Dict[str, Any] = {"method": "none: no doc to cluster"}
     if len(rows) == 0:
         assigned = numpy.zeros(0, dtype="int64")
-    elif n_clusters is not None:
-        assigned = kmeans_clusters(unit, n_clusters, min_cluster_size=min_cluster_size, seed=seed)
     else:
-        assigned = density_clusters(unit, min_cluster_size=min_cluster_size, progress=progress)
+        assigned, method = cluster_pool(
+            unit, how, min_cluster_size=min_cluster_size, seed=seed, progress=progress
+        )
     assigned = _by_size(assigned)
     n_found = int(assigned.max()) + 1 if len(assigned) else 0
     members = [numpy.flatnonzero(assigned == c) for c in range(n_found)]
@@ -200,11 +204,11 @@ def discover(
         space = _routed_space(pool, routed_sample, nlp, progress)
         label_centers = _stack(centers)
     nearest = nearest_labels(label_centers, space.labels, space.vectors)
-    clusters = []
+    described = []
     for c, (m, center, (label, cosine)) in enumerate(zip(members, centers, nearest)):
         chosen = representatives(unit[m], center, n_representatives)
         shown = [{"id": pool.ids[rows[m[i]]], "text": row_texts[m[i]]} for i in chosen]
-        clusters.append(
+        described.append(
             Cluster(
                 c,
                 len(m),
@@ -236,19 +240,15 @@ def discover(
         "clustered": int((assigned != NOISE).sum()),
         "noise": int((assigned == NOISE).sum()),
         "clusters": n_found,
-        "new_intents": sum(cluster.verdict == "new intent" for cluster in clusters),
-        "method": (
-            f"k-means, {n_clusters} clusters"
-            if n_clusters is not None
-            else f"HDBSCAN* over a {GRAPH_K}-nearest-neighbour graph"
-        ),
+        "new_intents": sum(cluster.verdict == "new intent" for cluster in described),
+        **method,
         "min_cluster_size": min_cluster_size,
         "seed": seed,
         "vectors": _vectors_source(pool, embedder),
         "labels_from": space.source,
         "near_cosine": near_cosine,
     }
-    return Discovery(clusters, assignments, summary, space, label_centers)
+    return Discovery(described, assignments, summary, space, label_centers)
 
 
 def _fill_texts(

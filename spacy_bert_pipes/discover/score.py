@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 import numpy
 
 from ..similar import embed_texts, unit_rows
-from .cluster import DISCOVER_EXTRA, NOISE, density_clusters, kmeans_clusters
+from .cluster import AUTO, DISCOVER_EXTRA, NOISE, cluster_pool, density_clusters, kmeans_clusters
 
 # An intent is discovered by a cluster that holds this share of its docs ...
 DISCOVERED_SHARE = 0.5
@@ -145,14 +145,17 @@ def baseline_clusters(
     unit: numpy.ndarray, n_clusters: int, *, min_cluster_size: int = 5, seed: int = 0
 ) -> Dict[str, numpy.ndarray]:
     """The clusters a discovery is compared with: k-means given the true
-    number of clusters, and the default of `bert-pipes discover` (HDBSCAN*
-    over the nearest-neighbour graph, `min_cluster_size`).
+    number of clusters, k-means with K from the data (`bert-pipes discover`'s
+    default) and HDBSCAN* over the nearest-neighbour graph (`--clusters
+    density`), with `min_cluster_size`.
 
-    RETURNS (Dict[str, numpy.ndarray]): "kmeans_k<K>" and
+    RETURNS (Dict[str, numpy.ndarray]): "kmeans_k<K>", "kmeans_auto" and
         "density_min<min_cluster_size>" -> a cluster per row (-1: none).
     """
+    auto, _ = cluster_pool(unit, AUTO, min_cluster_size=min_cluster_size, seed=seed)
     return {
         f"kmeans_k{n_clusters}": kmeans_clusters(unit, n_clusters, seed=seed),
+        "kmeans_auto": auto,
         f"density_min{min_cluster_size}": density_clusters(unit, min_cluster_size=min_cluster_size),
     }
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from spacy_bert_pipes.cli import app
 from spacy_bert_pipes.discover.labels import prototype_space
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# the default --clusters auto is k-means: scikit-learn, from the extras
+pytestmark = pytest.mark.usefixtures("one_thread", "extras")
 runner = CliRunner()
 NEW_TEXTS = ["top up my account", "hello world", "pin"]
 
@@ -152,3 +153,13 @@ def test_a_router_without_vectors_clusters_on_its_own(router_alone: Path, tmp_pa
     )
     assert result.exit_code == 1
     assert "--accept-all takes the clusters of a --review file: give one" in result.output
+
+
+def test_a_bad_clusters_value_is_named_before_any_loading(tmp_path: Path) -> None:
+    annotations = tmp_path / "routed.jsonl"
+    annotations.write_text("{}\n", encoding="utf8")
+    args = ["discover", str(annotations), str(tmp_path / "out"), "--clusters", "many"]
+    result = runner.invoke(app, [*args, "--pipeline", str(tmp_path / "no-such-router")])
+    assert result.exit_code == 1
+    assert "--clusters must be 'auto'" in result.output and "'many'" in result.output
+    assert not (tmp_path / "out").exists()

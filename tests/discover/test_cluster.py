@@ -1,12 +1,20 @@
 """Clustering unit vectors: the number of clusters from the data, noise left out."""
 
 import sys
+import warnings
 
 import numpy
 import pytest
 
-from spacy_bert_pipes.discover import NOISE, density_clusters, kmeans_clusters, knn_graph
-from spacy_bert_pipes.discover.cluster import renumber
+from spacy_bert_pipes.discover import (
+    NOISE,
+    choose_k,
+    cluster_pool,
+    density_clusters,
+    kmeans_clusters,
+    knn_graph,
+)
+from spacy_bert_pipes.discover.cluster import k_grid, parse_clusters, renumber
 
 
 def blobs(seed: int = 0, n_blobs: int = 6, per_blob: int = 40, n_noise: int = 60) -> tuple:
@@ -83,3 +91,65 @@ def test_kmeans_k_clusters_small_ones_noise(monkeypatch: pytest.MonkeyPatch, ext
     monkeypatch.setitem(sys.modules, "sklearn.cluster", None)
     with pytest.raises(ImportError, match=r"spacy-bert-pipes\[discover\]"):
         kmeans_clusters(unit, 6)
+
+
+def test_choose_k_finds_the_blobs_on_a_sample(extras: None) -> None:
+    pytest.importorskip("sklearn")
+    unit, _ = blobs(seed=4, n_blobs=7, n_noise=0)
+    k, curve = choose_k(unit, seed=0)
+    assert k == 7 and curve[7] == max(curve.values())
+    assert min(curve) == 2 and max(curve) <= len(unit) // 5
+    # the silhouettes of a sample of 120 of the 280 docs say the same
+    k_sampled, curve_sampled = choose_k(unit, sample=120, seed=0)
+    assert k_sampled == 7 and max(curve_sampled) <= 120 // 5
+    assert choose_k(unit, seed=0) == (k, curve)  # seeded
+    assert choose_k(unit, max_clusters=5, seed=0)[0] <= 5
+
+
+def test_choose_k_on_pools_too_small_to_split(extras: None) -> None:
+    pytest.importorskip("sklearn")
+    unit, _ = blobs(seed=5, n_blobs=1, per_blob=9, n_noise=0)
+    assert choose_k(unit, min_cluster_size=5) == (1, {})
+    # three texts five times each: K stops at the distinct docs, no warning
+    copies = numpy.repeat(numpy.eye(6, dtype="f")[:3], 5, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k, curve = choose_k(copies, min_cluster_size=3)
+    assert k == 3 and sorted(curve) == [2, 3] and curve[3] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        choose_k(unit, max_clusters=1)
+
+
+def test_k_grid() -> None:
+    assert k_grid(1) == []
+    assert k_grid(10) == [2, 3, 4, 5, 6, 7, 8, 9, 10]
+    grid = k_grid(200)
+    assert grid[-1] <= 200 and len(grid) < 40 and grid == sorted(set(grid))
+
+
+def test_cluster_pool_by_name(extras: None) -> None:
+    pytest.importorskip("sklearn")
+    unit, truth = blobs(seed=6, n_blobs=5)
+    auto, method = cluster_pool(unit, "auto", seed=0)
+    assert "silhouette" in method["method"]
+    assert method["silhouettes"][str(method["k"])] >= 0.95 * max(method["silhouettes"].values())
+    for blob in range(5):  # each blob one cluster, whole and nearly pure
+        (cluster,) = set(auto[truth == blob].tolist())
+        assert cluster != NOISE and (truth[auto == cluster] == blob).mean() >= 0.9
+    # the scattered docs: in clusters under min_cluster_size (noise) or few
+    assert method["k"] >= auto.max() + 1 and (auto[truth == NOISE] == NOISE).mean() > 0.5
+    density, method = cluster_pool(unit, "density")
+    assert (density == density_clusters(unit)).all() and "HDBSCAN" in method["method"]
+    given, method = cluster_pool(unit, 4, seed=0)
+    assert given.max() + 1 == 4 and method == {
+        "method": "k-means, 4 clusters",
+        "k": 4,
+        "silhouettes": {},
+    }
+    assert (cluster_pool(unit, "4", seed=0)[0] == given).all()
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "2.5", "many", "", 0])
+def test_parse_clusters_names_what_it_takes(bad: object) -> None:
+    with pytest.raises(ValueError, match="'auto'.*'density'.*a number of clusters"):
+        parse_clusters(bad)  # type: ignore[arg-type]

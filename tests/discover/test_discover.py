@@ -90,7 +90,7 @@ def annotations(tmp_path: Path) -> Path:
 
 
 def test_clusters_named_placed_and_represented(annotations: Path) -> None:
-    found = discover(annotations, min_cluster_size=5)
+    found = discover(annotations, min_cluster_size=5, clusters="density")
     summary = found.summary
     assert summary["rows"] == 24 + 24 + 6 + 3 + 2
     assert summary["pooled"] == 24 + 6 + 2 and summary["empty_text"] == 2
@@ -113,11 +113,11 @@ def test_clusters_named_placed_and_represented(annotations: Path) -> None:
     assert len(assignments) == 32
     empty = [a for a in assignments if a["empty_text"]]
     assert len(empty) == 2 and all(a["cluster"] == -1 for a in empty)
-    assert discover(annotations, min_cluster_size=5).assignments == assignments
+    assert discover(annotations, min_cluster_size=5, clusters="density").assignments == assignments
 
 
 def test_ambiguous_docs_join_when_asked(annotations: Path) -> None:
-    found = discover(annotations, min_cluster_size=3, include_ambiguous=True)
+    found = discover(annotations, min_cluster_size=3, include_ambiguous=True, clusters="density")
     assert found.summary["pooled"] == 35
     assert found.summary["pooled_decisions"] == ["out_of_scope", "ambiguous"]
     ambiguous = {a["cluster"] for a in found.assignments if a["decision"] == "ambiguous"}
@@ -129,13 +129,20 @@ def test_ambiguous_docs_join_when_asked(annotations: Path) -> None:
 
 def test_k_clusters(annotations: Path, extras: None) -> None:
     pytest.importorskip("sklearn")
-    found = discover(annotations, n_clusters=3, min_cluster_size=2, seed=1)
+    found = discover(annotations, clusters=3, min_cluster_size=2, seed=1)
     assert found.summary["clusters"] == 3 and found.summary["method"] == "k-means, 3 clusters"
     assert found.summary["noise"] == 0
+    # K from the data: the two groups of twelve (the scattered docs in clusters
+    # under min_cluster_size, or in the groups' as their nearest)
+    found = discover(annotations, clusters="auto", min_cluster_size=5, seed=0)
+    assert "by the cosine silhouette of 30 docs" in found.summary["method"]
+    assert sorted(c.keywords[0] for c in found.clusters) == ["delivery", "paris"]
+    with pytest.raises(ValueError, match="--clusters must be 'auto'"):
+        discover(annotations, clusters="three")
 
 
 def test_files_and_the_review_read_back(annotations: Path, tmp_path: Path) -> None:
-    found = discover(annotations, min_cluster_size=5)
+    found = discover(annotations, min_cluster_size=5, clusters="density")
     out = tmp_path / "review"
     paths = write_discovery(found, out)
     assert [p.name for p in paths] == ["review.jsonl", ASSIGNMENTS, PICTURE, SUMMARY]
@@ -224,7 +231,7 @@ def test_texts_from_the_input(tmp_path: Path) -> None:
     with pytest.raises(ConversionError, match=r"routed.jsonl:25: no 'text' column: give --texts"):
         discover(annotations)
     source = write_rows(tmp_path / "in.jsonl", [{"id": r["id"], "text": r["text"]} for r in rows])
-    found = discover(annotations, texts=source, min_cluster_size=5)
+    found = discover(annotations, texts=source, min_cluster_size=5, clusters="density")
     assert sorted(c.keywords[0] for c in found.clusters) == ["delivery", "paris"]
     partial = write_rows(
         tmp_path / "part.jsonl", [{"id": r["id"], "text": r["text"]} for r in rows[:40]]
@@ -249,7 +256,7 @@ def test_parquet_annotations(tmp_path: Path) -> None:
         }
     )
     pq.write_table(table, tmp_path / "routed.parquet")
-    found = discover(tmp_path / "routed.parquet", min_cluster_size=5)
+    found = discover(tmp_path / "routed.parquet", min_cluster_size=5, clusters="density")
     assert sorted(c.keywords[0] for c in found.clusters) == ["delivery", "paris"]
 
 

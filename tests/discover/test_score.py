@@ -123,7 +123,7 @@ def test_baseline_clusters(extras: None) -> None:
     unit = rows / numpy.linalg.norm(rows, axis=1, keepdims=True)
     blobs = [f"blob{i}" for i in range(3) for _ in range(10)]
     found = baseline_clusters(unit, 3, seed=0)
-    assert list(found) == ["kmeans_k3", "density_min5"]
+    assert list(found) == ["kmeans_k3", "kmeans_auto", "density_min5"]
     for labels in found.values():
         assert labels.shape == (30,)
         assert score_clusters(blobs, labels.tolist())["discovered"] == 3
