@@ -24,12 +24,13 @@ n²:
 `kmeans_clusters` is scikit-learn's KMeans on the unit vectors (the `discover`
 extra), for K clusters; `choose_k` finds K from the data: on a sample of at most
 SILHOUETTE_SAMPLE docs, k-means for each K of a geometric grid and the mean
-cosine silhouette of its clusters (Rousseeuw, 1987); K is the largest whose
-silhouette is within K_TOLERANCE of the best. The curve is flat near its top
-(one K is about as good as its neighbours), and of two near-equal K the larger
-is the cheaper mistake for a reviewer: merging two clusters is one action,
-splitting a mixed one is reading all of it. The sample bounds the search's
-time and memory whatever the pool's size.
+cosine silhouette of its clusters (Rousseeuw, 1987); K is the end of the best
+K's plateau: the grid's K values above the best whose silhouettes stay within
+K_TOLERANCE of it, the largest of them (`plateau_end`). The curve is flat near
+its top (one K is about as good as its neighbours), and of two near-equal K
+the larger is the cheaper mistake for a reviewer: merging two clusters is one
+action, splitting a mixed one is reading all of it. The sample bounds the
+search's time and memory whatever the pool's size.
 """
 
 import warnings
@@ -379,9 +380,21 @@ def choose_k(
             bar.update(1)
     if not curve:
         return 1, {}
-    best = max(curve.values())
-    floor = best - K_TOLERANCE * abs(best)
-    return max(k for k, value in curve.items() if value >= floor), curve
+    return plateau_end(curve), curve
+
+
+def plateau_end(curve: Dict[int, float]) -> int:
+    """The K of the best silhouette, moved up the grid while the next K's
+    silhouette stays within K_TOLERANCE of the best: the end of the best's
+    plateau. Not the largest K within the tolerance anywhere: a second, far
+    plateau (many tiny clusters of scattered docs) would take it."""
+    grid = sorted(curve)
+    best = max(grid, key=lambda k: (curve[k], -k))
+    floor = curve[best] - K_TOLERANCE * abs(curve[best])
+    end = grid.index(best)
+    while end + 1 < len(grid) and curve[grid[end + 1]] >= floor:
+        end += 1
+    return grid[end]
 
 
 def k_grid(top: int) -> List[int]:
@@ -426,7 +439,7 @@ def cluster_pool(
     if clusters == AUTO:
         k, curve = choose_k(unit, min_cluster_size=min_cluster_size, seed=seed, progress=progress)
         sampled = min(len(unit), SILHOUETTE_SAMPLE)
-        method = f"k-means, K = {k} by the cosine silhouette of {sampled} docs"
+        method = f"k-means, K = {k} by the cosine silhouette of {sampled:,} docs"
     else:
         k = int(clusters)
         method = f"k-means, {k} clusters"

@@ -14,7 +14,7 @@ from spacy_bert_pipes.discover import (
     kmeans_clusters,
     knn_graph,
 )
-from spacy_bert_pipes.discover.cluster import k_grid, parse_clusters, renumber
+from spacy_bert_pipes.discover.cluster import k_grid, parse_clusters, plateau_end, renumber
 
 
 def blobs(seed: int = 0, n_blobs: int = 6, per_blob: int = 40, n_noise: int = 60) -> tuple:
@@ -118,6 +118,14 @@ def test_choose_k_on_pools_too_small_to_split(extras: None) -> None:
     assert k == 3 and sorted(curve) == [2, 3] and curve[3] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="at least 2"):
         choose_k(unit, max_clusters=1)
+
+
+def test_plateau_end_stays_on_the_best_plateau() -> None:
+    # the best at 4, its plateau to 6; a far plateau within 5% at 40 is not it
+    curve = {2: 0.1, 3: 0.3, 4: 0.40, 5: 0.39, 6: 0.385, 8: 0.2, 20: 0.25, 40: 0.395}
+    assert plateau_end(curve) == 6
+    assert plateau_end({2: 0.5, 3: 0.2}) == 2
+    assert plateau_end({2: -0.1, 3: -0.104, 4: -0.2}) == 3  # within 5% of a negative best
 
 
 def test_k_grid() -> None:
