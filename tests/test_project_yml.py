@@ -518,7 +518,9 @@ def test_discover_takes_clinc150_from_assets_to_its_report() -> None:
     assert "--vectors" not in annotate
     discover = command(config, "discover-discover")["script"][0]
     assert "--pipeline training/discover/model-routed" in discover
-    assert "--clusters" not in discover  # as many as the data holds
+    # as many clusters as the data holds, by default
+    assert "--clusters ${vars.discover_clusters}" in discover
+    assert vars_["discover_clusters"] == "auto"
     add = command(config, "add-labels-discover")["script"][0]
     assert "--review annotations/discover_clusters/review.jsonl --accept-all" in add
     # the test split is for the loop only: evaluated, and scored
