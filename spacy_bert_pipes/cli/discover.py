@@ -115,4 +115,6 @@ def discover_cli(
         f"with an empty text, {summary['clustered']} in {summary['clusters']} clusters "
         f"({summary['new_intents']} new intents), {summary['noise']} in none"
     )
+    if summary.get("warning"):
+        typer.secho(f"Warning: {summary['warning']}", fg="yellow")
     typer.secho(f"Wrote {', '.join(map(str, paths))}", fg="green")

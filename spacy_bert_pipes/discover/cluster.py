@@ -429,26 +429,37 @@ def cluster_pool(
     by `choose_k`), "density" (`density_clusters`) or K (k-means).
 
     RETURNS (Tuple[numpy.ndarray, Dict[str, Any]]): A cluster per row (-1:
-        none), and the method for the summary: {method, k, silhouettes}.
+        none), and the method for the summary: {method, k, silhouettes, and a
+        warning when the silhouette rose to the largest K tried}.
     """
     clusters = parse_clusters(clusters)
     if clusters == DENSITY:
         labels = density_clusters(unit, min_cluster_size=min_cluster_size, progress=progress)
         return labels, {"method": f"HDBSCAN* over a {GRAPH_K}-nearest-neighbour graph"}
     curve: Dict[int, float] = {}
+    warning = None
     if clusters == AUTO:
         k, curve = choose_k(unit, min_cluster_size=min_cluster_size, seed=seed, progress=progress)
         sampled = min(len(unit), SILHOUETTE_SAMPLE)
         method = f"k-means, K = {k} by the cosine silhouette of {sampled:,} docs"
+        if len(curve) > 1 and k == max(curve):
+            warning = (
+                f"the silhouette has no peak below the largest K tried ({k}): K is "
+                "uncertain; look at 'silhouettes' in summary.json, and give --clusters K "
+                "or try --clusters density"
+            )
     else:
         k = int(clusters)
         method = f"k-means, {k} clusters"
     labels = kmeans_clusters(unit, k, min_cluster_size=min_cluster_size, seed=seed)
-    return labels, {
+    found: Dict[str, Any] = {
         "method": method,
         "k": k,
         "silhouettes": {str(x): round(v, 4) for x, v in curve.items()},
     }
+    if warning is not None:
+        found["warning"] = warning
+    return labels, found
 
 
 def parse_clusters(value: Union[int, str]) -> Union[int, str]:

@@ -34,6 +34,7 @@ def discovery_section(d: DiscoveryFiles, figures: Figures) -> List[Block]:
             f'{s.get("near_cosine")} from every known label ("new intent"); the others '
             "sit near a known label (a blind spot of it, or a neighbour). The review "
             f"file is `{d.folder / str((s.get('files') or {}).get('review'))}`."
+            + (f" Warning: {s.get('warning')}." if s.get("warning") else "")
         ),
     ]
     clusters = sorted(d.clusters, key=lambda c: -_int(c.get("size")))

@@ -161,3 +161,19 @@ def test_cluster_pool_by_name(extras: None) -> None:
 def test_parse_clusters_names_what_it_takes(bad: object) -> None:
     with pytest.raises(ValueError, match="'auto'.*'density'.*a number of clusters"):
         parse_clusters(bad)  # type: ignore[arg-type]
+
+
+def test_auto_warns_when_the_silhouette_rises_to_the_largest_k(
+    monkeypatch: pytest.MonkeyPatch, extras: None
+) -> None:
+    pytest.importorskip("sklearn")
+    import spacy_bert_pipes.discover.cluster as cluster
+
+    unit, _ = blobs(seed=7, n_blobs=4)
+    _, method = cluster_pool(unit, "auto", seed=0)
+    assert "warning" not in method  # a peak: no warning
+    rising = {2: 0.1, 3: 0.2, 4: 0.3}
+    monkeypatch.setattr(cluster, "choose_k", lambda *args, **kwargs: (4, rising))
+    labels, method = cluster_pool(unit, "auto", seed=0)
+    assert method["k"] == 4 and labels.max() + 1 <= 4
+    assert "no peak below the largest K tried (4)" in method["warning"]
