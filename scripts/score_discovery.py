@@ -14,7 +14,8 @@ AFTER      the same of the router with every cluster added as a label
 The pool is what the router did not route among the traffic (the docs
 DISCOVERY clustered). The clusters are scored on the held-out intents' queries
 in the pool, beside the frozen encoder's vectors of the same pool clustered
-by k-means at the true K and by discover's default; then the loop: the
+by k-means at the true K, by discover's default (`--clusters auto`) and by
+`--clusters density`; then the loop: the
 held-out intents' test queries routed to the new label that stands for their
 intent, and the known intents' test accuracy before and after. The math is
 `spacy_bert_pipes.discover.score`'s.
