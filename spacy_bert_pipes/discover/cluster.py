@@ -316,18 +316,28 @@ def renumber(labels: numpy.ndarray) -> numpy.ndarray:
 
 
 def kmeans_clusters(
-    unit: numpy.ndarray, n_clusters: int, *, min_cluster_size: int = 1, seed: int = 0
+    unit: numpy.ndarray,
+    n_clusters: int,
+    *,
+    min_cluster_size: int = 1,
+    seed: int = 0,
+    progress: bool = False,
 ) -> numpy.ndarray:
     """K clusters of unit vectors by scikit-learn's KMeans; a cluster with fewer
     than min_cluster_size docs becomes noise (-1).
 
+    progress (bool): Show a bar while k-means runs (one step: it says what
+        runs and for how long; scikit-learn reports nothing on the way).
     RETURNS (numpy.ndarray): A cluster per row, numbered as `renumber`. (n,)
     """
     if n_clusters < 1:
         raise ValueError(f"the number of clusters must be at least 1: {n_clusters}")
     if n_clusters > len(unit):
         raise ValueError(f"{n_clusters} clusters asked of {len(unit)} docs")
-    labels = _kmeans(unit, n_clusters, seed, n_init=3)
+    desc = f"k-means, {n_clusters} clusters of {len(unit):,} docs"
+    with progress_bar(1, 0, unit=" fit", desc=desc, disable=not progress) as bar:
+        labels = _kmeans(unit, n_clusters, seed, n_init=3)
+        bar.update(1)
     counts = numpy.bincount(labels, minlength=n_clusters)
     labels[counts[labels] < min_cluster_size] = NOISE
     return renumber(labels)
@@ -451,7 +461,9 @@ def cluster_pool(
     else:
         k = int(clusters)
         method = f"k-means, {k} clusters"
-    labels = kmeans_clusters(unit, k, min_cluster_size=min_cluster_size, seed=seed)
+    labels = kmeans_clusters(
+        unit, k, min_cluster_size=min_cluster_size, seed=seed, progress=progress
+    )
     found: Dict[str, Any] = {
         "method": method,
         "k": k,

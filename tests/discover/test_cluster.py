@@ -177,3 +177,13 @@ def test_auto_warns_when_the_silhouette_rises_to_the_largest_k(
     labels, method = cluster_pool(unit, "auto", seed=0)
     assert method["k"] == 4 and labels.max() + 1 <= 4
     assert "no peak below the largest K tried (4)" in method["warning"]
+
+
+def test_kmeans_says_what_runs(capsys: pytest.CaptureFixture, extras: None) -> None:
+    pytest.importorskip("sklearn")
+    unit, _ = blobs(seed=3, n_noise=0)
+    quiet = kmeans_clusters(unit, 6, seed=0)
+    assert capsys.readouterr().err == ""
+    shown = kmeans_clusters(unit, 6, seed=0, progress=True)
+    assert "k-means, 6 clusters of 240 docs" in capsys.readouterr().err
+    assert (shown == quiet).all()
