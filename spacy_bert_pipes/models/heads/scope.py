@@ -25,7 +25,7 @@ The fitted state lives in the classifier model's attrs (`SCOPE_ATTR`,
 `TEMPERATURE_ATTR`), so it is saved and loaded with the model. Plain numpy.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy
@@ -217,14 +217,11 @@ def extend_fit(fit: ScopeFit, vectors: numpy.ndarray) -> ScopeFit:
     X = numpy.asarray(vectors, dtype="f")
     if not len(X) or fit.method == "max_prob":
         return fit
-    data = fit.to_dict()
     if fit.method == "knn":
         assert fit.vectors is not None
-        data["vectors"] = numpy.concatenate([fit.vectors, unit_rows(X)])
-    else:
-        assert fit.means is not None
-        data["means"] = numpy.concatenate([fit.means, X.mean(axis=0, keepdims=True)])
-    return ScopeFit.from_dict(data)
+        return replace(fit, vectors=numpy.concatenate([fit.vectors, unit_rows(X)]))
+    assert fit.means is not None
+    return replace(fit, means=numpy.concatenate([fit.means, X.mean(axis=0, keepdims=True)]))
 
 
 def get_fit(model: Model) -> Optional[ScopeFit]:
