@@ -40,7 +40,9 @@ from ..models.heads.prototypes import (
     anchor_to_teacher,
     calibrate_scale,
     contrastive_loss,
+    cosine_logits,
     cosine_output,
+    guard_bias,
     has_examples,
     label_prototypes,
     remember_examples,
@@ -276,11 +278,17 @@ class LabelPrototypes:
         output.set_param("b", ops.asarray1f(cast(Floats1d, -scale * thresholds)))
 
     def add_described_label(
-        self, label: str, descriptions: Sequence[str], examples: Sequence[Doc] = ()
+        self,
+        label: str,
+        descriptions: Sequence[str],
+        examples: Sequence[Doc] = (),
+        reference: Optional[numpy.ndarray] = None,
     ) -> None:
         """Add a label to an initialized (trained) component: its prototype is made
-        from its descriptions and its example docs (without training), with a zero
-        bias (exclusive) or the configured similarity_threshold (multi-label)."""
+        from its descriptions and its example docs (without training), with the
+        configured similarity_threshold as its bias (multi-label) or, exclusive, a
+        zero bias, lowered until none of the `reference` features (docs the
+        component was fit on, (n, width)) changes its top label (`guard_bias`)."""
         check_label(self.name, label)
         if label in self.labels:
             raise ValueError(f"'{self.name}' already has the label {label!r}")
@@ -310,6 +318,11 @@ class LabelPrototypes:
         b = ops.to_numpy(output.get_param("b"))
         scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
         bias = 0.0 if self.exclusive else -scale * float(self.cfg["similarity_threshold"])
+        if self.exclusive and reference is not None and len(reference):
+            R = numpy.asarray(reference, dtype="f")
+            logits = ops.to_numpy(cosine_logits(output, ops.asarray2f(cast(Floats2d, R))))
+            unit = R / numpy.maximum(numpy.linalg.norm(R, axis=1, keepdims=True), 1e-12)
+            bias = guard_bias(logits, unit @ ops.to_numpy(row)[0], scale)
         # thinc does not resize a layer with weights: a new output layer takes its place
         grown = cosine_output(
             self.exclusive,

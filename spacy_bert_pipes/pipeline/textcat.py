@@ -356,9 +356,14 @@ class BertTextCategorizer(ConfiguredPipe):
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
         predictions next to the trained labels, and its examples join the
-        calibrated out-of-scope fit (`ScopeRouter.add_examples`)."""
-        self.prototypes.add_described_label(label, descriptions, examples)
-        self.router.add_examples(list(examples))
+        calibrated out-of-scope fit (`ScopeRouter.add_examples`). On a calibrated
+        router the new label's bias keeps every doc the fit remembers with the
+        label it had (`ScopeRouter.remembered`, `guard_bias`)."""
+        router = self.router
+        self.prototypes.add_described_label(
+            label, descriptions, examples, reference=router.remembered()
+        )
+        router.add_examples(list(examples))
 
     def adapt_to_texts(
         self,

@@ -188,6 +188,15 @@ class ScopeRouter:
         for doc, route in zip(docs, self.routes(probs, scores.confidence)):
             doc._.set(self.attr, route)
 
+    def remembered(self) -> Optional[numpy.ndarray]:
+        """The features the out-of-scope fit keeps of the docs it was fit on:
+        "knn", the training docs' vectors; "mahalanobis", the class means; None
+        without a fit or with "max_prob". (n, width)"""
+        fit = self.fit
+        if fit is None or fit.method == "max_prob":
+            return None
+        return fit.vectors if fit.method == "knn" else fit.means
+
     def add_examples(self, docs: List[Doc]) -> None:
         """A new label's example docs join the out-of-scope fit, as training
         docs would have (`extend_fit`): without them, "knn" and "mahalanobis"

@@ -289,3 +289,29 @@ def test_a_new_labels_examples_join_the_out_of_scope_fit(
     numpy.testing.assert_allclose(
         loaded.router.confidences(new), textcat.router.confidences(new), atol=1e-6
     )
+
+
+def test_a_new_label_takes_no_doc_the_fit_remembers(tiny_bert: Path, tmp_path: Path) -> None:
+    nlp = trained(tiny_bert, "PrototypeCatModel", oos_method="knn")
+    examples = textcat_examples(nlp)
+    train = write_corpus(tmp_path / "train.spacy", examples)
+    calibrate_pipeline(nlp, train, write_corpus(tmp_path / "dev.spacy", dev_examples(nlp)))
+    textcat = nlp.get_pipe("bert_textcat")
+    docs = [eg.predicted for eg in examples]
+    before = [max(doc.cats, key=doc.cats.get) for doc in nlp.pipe(doc.text for doc in docs)]
+    # examples worded as the training docs of one label: the new label's
+    # prototype sits on that label's docs
+    label = before[0]
+    copies = [nlp.make_doc(doc.text) for doc, top in zip(docs, before) if top == label]
+    textcat.add_described_label("lookalike", [], copies)
+    bias = textcat.model.get_ref("output").get_param("b")[-1]
+    assert bias < 0
+    after = [max(doc.cats, key=doc.cats.get) for doc in nlp.pipe(doc.text for doc in docs)]
+    assert after == before
+    # without a fit to guard with (not calibrated), the bias is zero
+    # which then takes docs of the label it looks like
+    plain = trained(tiny_bert, "PrototypeCatModel")
+    plain.get_pipe("bert_textcat").add_described_label("lookalike", [], copies)
+    assert plain.get_pipe("bert_textcat").model.get_ref("output").get_param("b")[-1] == 0.0
+    taken = [max(doc.cats, key=doc.cats.get) for doc in plain.pipe(doc.text for doc in docs)]
+    assert "lookalike" in taken

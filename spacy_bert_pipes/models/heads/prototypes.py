@@ -38,6 +38,8 @@ from .linear import concat_wordpieces
 
 # A numpy (or cupy) array of any shape: the plain math below takes either.
 Array = Any
+# How far below a reference doc's best logit `guard_bias` puts a new label's.
+GUARD_EPSILON = 1e-3
 
 
 @registry.architectures("spacy-bert-pipes.PrototypeCatModel.v1")
@@ -315,6 +317,39 @@ def store_prototypes(model: Model, prototypes: Array) -> None:
     rows = prototypes / norms * model.attrs["prototype_norm"]
     output = model.get_ref("output")
     output.set_param("W", model.ops.asarray2f(rows.astype("f")))
+
+
+def cosine_logits(output: Model, X: Array) -> Array:
+    """`scale * cos(X, W) + b` of a cosine output layer, before the softmax
+    (without the remembered examples' term of `example_weight`). (n_docs, nO)"""
+    xp = get_array_module(X)
+    W = output.get_param("W")
+    Wn = W / xp.maximum(xp.linalg.norm(W, axis=1, keepdims=True), 1e-12)
+    Xn = X / xp.maximum(xp.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    scale = xp.exp(output.get_param("log_scale"))
+    return (Xn @ Wn.T) * scale + output.get_param("b")
+
+
+def guard_bias(logits: Array, new_cosines: Array, scale: float) -> float:
+    """The bias of a label added to a trained exclusive head that keeps each
+    reference doc's top label: the largest b <= 0 with `scale * cos + b` below
+    the doc's best logit, for every reference doc. A prototype made from a few
+    examples is their mean, nearer the docs around it than trained prototypes
+    are to their own docs, so with a zero bias it takes a similar known label's
+    docs wholesale.
+
+    logits (Floats2d): The reference docs' logits over the labels there were
+        (`scale * cos + b`). (n_docs, n_labels)
+    new_cosines (Floats1d): Their cosines with the new prototype. (n_docs,)
+    scale (float): The head's scale (1 / temperature).
+    RETURNS (float): The bias, <= 0; 0 without reference docs.
+    """
+    if not len(new_cosines):
+        return 0.0
+    xp = get_array_module(logits)
+    margins = logits.max(axis=1) - scale * new_cosines  # (n_docs,)
+    # a hair below the tightest margin: a tie would go to the new label's logit
+    return min(0.0, float(xp.min(margins)) - GUARD_EPSILON)
 
 
 def label_prototypes(

@@ -13,7 +13,9 @@ from spacy_bert_pipes.models.heads.prototypes import (
     anchor_to_teacher,
     calibrate_scale,
     contrastive_loss,
+    cosine_logits,
     cosine_output,
+    guard_bias,
     label_prototypes,
     nearest_examples,
     remember_examples,
@@ -99,6 +101,41 @@ def test_cosine_output_gradients() -> None:
     Y, backprop = layer.begin_update(X)
     dX = backprop(ops.asarray2f(Y - target))  # cross-entropy: d_logits = Y - target
     assert dX == pytest.approx(numeric_grad(loss_of, X.copy()), abs=2e-2)
+
+
+def test_cosine_logits_are_the_softmax_inputs() -> None:
+    rng = numpy.random.default_rng(3)
+    layer = cosine_output(exclusive=True, scale=5.0, nO=3)
+    layer.set_dim("nI", 4)
+    layer.initialize()
+    layer.set_param("W", rng.normal(size=(3, 4)).astype("f"))
+    layer.set_param("b", numpy.asarray([0.5, -1.0, 0.0], dtype="f"))
+    X = rng.normal(size=(5, 4)).astype("f")
+    logits = cosine_logits(layer, X)
+    shifted = numpy.exp(logits - logits.max(axis=1, keepdims=True))
+    numpy.testing.assert_allclose(
+        shifted / shifted.sum(axis=1, keepdims=True), layer.predict(X), atol=1e-5
+    )
+
+
+def test_guard_bias_keeps_every_reference_doc_with_its_label() -> None:
+    rng = numpy.random.default_rng(4)
+    scale = 20.0
+    W = unit(rng.normal(size=(3, 8)))
+    docs = unit(W[rng.integers(0, 3, 60)] + 0.3 * rng.normal(size=(60, 8)))
+    logits = scale * docs @ W.T
+    # a new prototype next to label 0: with no bias it takes some of its docs
+    new = unit(W[:1] + 0.2 * rng.normal(size=(1, 8)))[0]
+    cos = docs @ new
+    assert (scale * cos > logits.max(axis=1)).any()
+    bias = guard_bias(logits, cos, scale)
+    assert bias < 0
+    assert (scale * cos + bias < logits.max(axis=1)).all()
+    # as high as it can be: a little more and a doc changes label
+    assert (scale * cos + bias + 0.01 > logits.max(axis=1)).any()
+    # a prototype far from every doc keeps the zero bias; no docs, no guard
+    assert guard_bias(logits, cos - 5.0, scale) == 0.0
+    assert guard_bias(logits[:0], cos[:0], scale) == 0.0
 
 
 def test_label_prototypes_mix_examples_and_descriptions() -> None:
