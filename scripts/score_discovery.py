@@ -11,7 +11,8 @@ LOOP       the extended router's annotate OUTPUT of CORPUS/test_held_out.jsonl
 BEFORE     `bert-pipes evaluate` of the router on CORPUS/test.spacy
 AFTER      the same of the router with every cluster added as a label
 
-The pool is what the router did not route among the traffic (the docs
+The pool is what the router did not route among the traffic, and with
+discover's `--below` what it routed with a lower confidence (the docs
 DISCOVERY clustered). The clusters are scored on the held-out intents' queries
 in the pool, beside the frozen encoder's vectors of the same pool clustered
 by k-means at the true K, by discover's default (`--clusters auto`) and by
@@ -85,9 +86,9 @@ def main(
     found = read_discovery(discovery)
     assignments = list(srsly.read_jsonl(discovery / ASSIGNMENTS))
     pool_ids = [row["id"] for row in assignments]
-    pooled = set(found.summary["pooled_decisions"])
-    unrouted = [i for i, d in zip(routes.ids, routes.decisions) if d in pooled]
-    if pool_ids != unrouted or set(routes.ids) != set(gold):
+    below = float(found.summary.get("below", 0.0))
+    pooled = [routes.ids[row] for row in routes.pooled(found.summary["pooled_decisions"], below)]
+    if pool_ids != pooled or set(routes.ids) != set(gold):
         raise SystemExit(f"{discovery} was not discovered from {traffic} of {corpus}")
     intents = [gold[i] for i in pool_ids]
     clusters = [int(row["cluster"]) for row in assignments]

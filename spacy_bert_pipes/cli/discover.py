@@ -6,7 +6,14 @@ from typing import Optional
 
 import typer
 
-from ..discover import DEFAULT_CLUSTERS, NEAR_COSINE, REVIEW, discover, write_discovery
+from ..discover import (
+    DEFAULT_CLUSTERS,
+    N_REPRESENTATIVES,
+    NEAR_COSINE,
+    REVIEW,
+    discover,
+    write_discovery,
+)
 from ..discover.cluster import parse_clusters
 from ..io.errors import ConversionError
 from .common import app, fail, text_column_option
@@ -55,6 +62,20 @@ def discover_cli(
     include_ambiguous: bool = typer.Option(
         False, "--include-ambiguous", help="Pool the 'ambiguous' docs with the 'out_of_scope' ones"
     ),
+    below: float = typer.Option(
+        0.0,
+        "--below",
+        min=0.0,
+        max=1.0,
+        help="Also pool the docs routed with an in-scope confidence below this: a new "
+        "intent worded like a known one is often routed, with a low confidence (0: off)",
+    ),
+    n_representatives: int = typer.Option(
+        N_REPRESENTATIVES,
+        "--representatives",
+        min=1,
+        help="The texts shown per cluster; accepted clusters get them as examples",
+    ),
     near_cosine: float = typer.Option(
         NEAR_COSINE,
         "--near-cosine",
@@ -98,10 +119,12 @@ def discover_cli(
             nlp=nlp,
             texts=texts,
             include_ambiguous=include_ambiguous,
+            below=below,
             clusters=clusters,
             min_cluster_size=min_cluster_size,
             seed=seed,
             near_cosine=near_cosine,
+            n_representatives=n_representatives,
             text_column=text_column,
             id_column=id_column,
             progress=True,
@@ -110,8 +133,10 @@ def discover_cli(
     except (ConversionError, ValueError, ImportError) as err:
         fail(str(err))
     summary = result.summary
+    routed = f" ({summary['pooled_routed']} routed below confidence {below})" if below > 0 else ""
     typer.echo(
-        f"{summary['pooled']} docs not routed of {summary['rows']}: {summary['empty_text']} "
+        f"{summary['pooled']} docs {'pooled' if below > 0 else 'not routed'} of "
+        f"{summary['rows']}{routed}: {summary['empty_text']} "
         f"with an empty text, {summary['clustered']} in {summary['clusters']} clusters "
         f"({summary['new_intents']} new intents), {summary['noise']} in none"
     )

@@ -40,7 +40,7 @@ from .review import (
     review_examples,
     write_discovery,
 )
-from .run import Cluster, Discovery, discover
+from .run import N_REPRESENTATIVES, Cluster, Discovery, discover
 from .score import (
     baseline_clusters,
     discovered_intents,
@@ -59,6 +59,7 @@ __all__ = [
     "DiscoveryFiles",
     "LabelSpace",
     "NEAR_COSINE",
+    "N_REPRESENTATIVES",
     "NOISE",
     "PICTURE",
     "Pool",

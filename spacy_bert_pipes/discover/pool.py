@@ -33,6 +33,8 @@ class Pool:
     locations (List[str]): Each row's place ("file:line" or "file:row n").
     decisions (List[str]): Each row's `route.decision`.
     labels (List[Optional[str]]): Each row's `route.label` (None: not routed).
+    confidences (List[Optional[float]]): Each row's `route.confidence`, the
+        router's in-scope confidence (None where the route has none).
     empty (List[bool]): Whether the row's text is empty or whitespace only.
     texts (List[Optional[str]]): Each row's text, where known.
     vectors (Optional[numpy.ndarray]): Each row's vector, when the OUTPUT has
@@ -44,9 +46,28 @@ class Pool:
     locations: List[str]
     decisions: List[str]
     labels: List[Optional[str]]
+    confidences: List[Optional[float]]
     empty: List[bool]
     texts: List[Optional[str]]
     vectors: Optional[numpy.ndarray] = None
+
+    def pooled(self, decisions: Sequence[str], below: float = 0.0) -> List[int]:
+        """The rows discover clusters: those whose decision is one of
+        `decisions`, and with `below` > 0 also those whose confidence is below
+        it, routed or not (a new intent worded like a known one is often routed,
+        with a low confidence).
+
+        RAISES (ConversionError): With `below`, a row without a confidence.
+        """
+        rows = []
+        for row, (decision, conf) in enumerate(zip(self.decisions, self.confidences)):
+            if below > 0 and conf is None:
+                raise ConversionError(
+                    self.locations[row], "route.confidence is missing: --below needs it"
+                )
+            if decision in decisions or (below > 0 and conf is not None and conf < below):
+                rows.append(row)
+        return rows
 
 
 def read_pool(
@@ -64,6 +85,7 @@ def read_pool(
     locations: List[str] = []
     decisions: List[str] = []
     labels: List[Optional[str]] = []
+    confidences: List[Optional[float]] = []
     empty: List[bool] = []
     texts: List[Optional[str]] = []
     bar = progress_bar(None, 0, unit=" rows", desc=f"Reading {path.name}", disable=not progress)
@@ -83,6 +105,13 @@ def read_pool(
                 raise ConversionError(
                     where, f"route.decision is {decision!r}, not one of {', '.join(DECISIONS)}"
                 )
+            conf = route.get("confidence")
+            if conf is not None and (
+                isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 <= conf <= 1
+            ):
+                raise ConversionError(
+                    where, f"route.confidence is {conf!r}, not a number from 0 to 1"
+                )
             text = row.get(text_column)
             text = text if isinstance(text, str) else None
             is_empty = row["empty_text"]
@@ -93,12 +122,13 @@ def read_pool(
             decisions.append(str(decision))
             label = route.get("label")
             labels.append(str(label) if decision == "routed" and label is not None else None)
+            confidences.append(None if conf is None else float(conf))
             empty.append(is_empty)
             texts.append(text)
             bar.update(1)
     if not ids:
         raise ConversionError(str(path), "the file has no rows")
-    pool = Pool(str(path), ids, locations, decisions, labels, empty, texts)
+    pool = Pool(str(path), ids, locations, decisions, labels, confidences, empty, texts)
     if has_vectors(path):
         collection = read_vectors(path, id_column=output_id_column(path), progress=progress)
         for number, (got, want) in enumerate(zip(collection.ids, ids)):

@@ -115,6 +115,7 @@ def discover(
     nlp: Optional["Language"] = None,
     texts: Optional[Union[str, Path]] = None,
     include_ambiguous: bool = False,
+    below: float = 0.0,
     clusters: Union[int, str] = DEFAULT_CLUSTERS,
     min_cluster_size: int = 5,
     seed: int = 0,
@@ -136,6 +137,9 @@ def discover(
     texts (Optional[Union[str, Path]]): The input the OUTPUT was annotated
         from, for the texts it did not keep (matched by id).
     include_ambiguous (bool): Pool the "ambiguous" docs with the "out_of_scope" ones.
+    below (float): Also pool the docs with an in-scope confidence below it,
+        routed or not: a new intent worded like a known one is often routed, with
+        a low confidence. 0: only the decisions.
     clusters (Union[int, str]): "auto": k-means, K from the data by the
         silhouette (`choose_k`); "density": as many as the density holds,
         scattered docs left out (`density_clusters`); K: k-means, K clusters.
@@ -151,6 +155,8 @@ def discover(
     how = parse_clusters(clusters)
     if min_cluster_size < 2:
         raise ValueError(f"--min-cluster-size must be at least 2: {min_cluster_size}")
+    if not 0 <= below <= 1:
+        raise ValueError(f"--below takes a confidence from 0 to 1: {below}")
     if n_representatives < 1:
         raise ValueError(f"representatives per cluster must be at least 1: {n_representatives}")
     pool = read_pool(annotations, text_column=text_column, progress=progress)
@@ -171,7 +177,7 @@ def discover(
     )
     embedder = component if own_space else None
     wanted = ("out_of_scope", "ambiguous") if include_ambiguous else ("out_of_scope",)
-    pooled = [row for row, decision in enumerate(pool.decisions) if decision in wanted]
+    pooled = pool.pooled(wanted, below)
     rows = [row for row in pooled if not pool.empty[row]]
     rng = numpy.random.default_rng(seed)
     routed_sample = _routed_sample(pool, rng) if component is None and pool.vectors is None else []
@@ -236,6 +242,8 @@ def discover(
         "decisions": {d: pool.decisions.count(d) for d in ("routed", "out_of_scope", "ambiguous")},
         "pooled": len(pooled),
         "pooled_decisions": list(wanted),
+        "below": below,
+        "pooled_routed": sum(pool.decisions[row] == "routed" for row in pooled),
         "empty_text": len(pooled) - len(rows),
         "clustered": int((assigned != NOISE).sum()),
         "noise": int((assigned == NOISE).sum()),

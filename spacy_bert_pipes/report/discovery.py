@@ -26,7 +26,13 @@ def discovery_section(d: DiscoveryFiles, figures: Figures) -> List[Block]:
             f"`bert-pipes discover` over `{s.get('annotations')}`: of its {s.get('rows')} rows, "
             f"{decisions.get('routed', 0)} were routed, {decisions.get('out_of_scope', 0)} "
             f"out of scope and {decisions.get('ambiguous', 0)} ambiguous; the {s.get('pooled')} "
-            f"docs with the decision {pooled} were clustered ({s.get('method')}, clusters of "
+            f"docs with the decision {pooled}"
+            + (
+                f" or a confidence below {s.get('below')} ({s.get('pooled_routed')} of them routed)"
+                if s.get("below")
+                else ""
+            )
+            + f" were clustered ({s.get('method')}, clusters of "
             f"at least {s.get('min_cluster_size')} docs): {s.get('clustered')} docs in "
             f"{s.get('clusters')} clusters, {s.get('noise')} left unclustered"
             + (f", {s.get('empty_text')} empty texts left out" if s.get("empty_text") else "")

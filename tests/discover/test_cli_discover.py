@@ -89,6 +89,19 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     assert name == "account"  # "top" and "up" are stop words
     labels = spacy.load(extended).get_pipe("bert_textcat").labels
     assert labels == (*LABELS, name, "new_pin")
+    # the routed doc joins below its confidence; fewer representatives
+    near = tmp_path / "near"
+    result = runner.invoke(
+        app,
+        ["discover", str(annotations), str(near), "--pipeline", str(router), "--below", "0.95"]
+        + ["--representatives", "2", "--min-cluster-size", "3", "--clusters", "3"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "16 docs pooled of 16 (1 routed below confidence 0.95)" in result.output
+    review = [json.loads(line) for line in (near / "review.jsonl").read_text().splitlines()]
+    assert all(len(r["representatives"]) == 2 for r in review)
+    result = runner.invoke(app, ["discover", str(annotations), str(near), "--below", "2"])
+    assert result.exit_code == 2 and "--below" in result.output
     # without vectors or a pipeline: one line naming the file
     result = runner.invoke(app, ["discover", str(annotations), str(tmp_path / "x")])
     assert result.exit_code == 1

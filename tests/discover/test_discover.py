@@ -127,6 +127,27 @@ def test_ambiguous_docs_join_when_asked(annotations: Path) -> None:
     assert sizes == sorted(sizes, reverse=True) and len(sizes) == 3
 
 
+def test_low_confidence_routed_docs_join_below(tmp_path: Path) -> None:
+    rows = pool_rows()
+    for row in rows[:8]:  # the "card" docs, routed with a low confidence
+        row["route"] = {**row["route"], "confidence": 0.05}
+    path = write_rows(tmp_path / "near.jsonl", rows)
+    found = discover(path, min_cluster_size=5, clusters="density", below=0.1)
+    summary = found.summary
+    assert summary["pooled"] == 32 + 8 and summary["pooled_routed"] == 8
+    assert summary["below"] == 0.1 and summary["pooled_decisions"] == ["out_of_scope"]
+    routed = [a for a in found.assignments if a["decision"] == "routed"]
+    assert [a["id"] for a in routed] == [f"d{i}" for i in range(8)]
+    # strictly below; 0 (the default) pools the decisions alone
+    assert discover(path, clusters="density", below=0.05).summary["pooled"] == 32
+    assert discover(path, clusters="density").summary["pooled"] == 32
+    with pytest.raises(ValueError, match="--below takes a confidence from 0 to 1"):
+        discover(path, below=1.5)
+    # representatives: as many as asked
+    few = discover(path, min_cluster_size=5, clusters="density", n_representatives=5)
+    assert all(len(c.representatives) == 5 for c in few.clusters)
+
+
 def test_k_clusters(annotations: Path, extras: None) -> None:
     pytest.importorskip("sklearn")
     found = discover(annotations, clusters=3, min_cluster_size=2, seed=1)
@@ -214,6 +235,15 @@ def test_bad_input_names_the_file_and_row(annotations: Path, tmp_path: Path) -> 
     bad[3]["route"] = {**bad[3]["route"], "decision": "maybe"}
     with pytest.raises(ConversionError, match=r"decision.jsonl:4: route.decision is 'maybe'"):
         discover(write_rows(tmp_path / "decision.jsonl", bad))
+    bad = [dict(r) for r in rows]
+    bad[4]["route"] = {**bad[4]["route"], "confidence": "high"}
+    with pytest.raises(ConversionError, match=r"conf.jsonl:5: route.confidence is 'high'"):
+        discover(write_rows(tmp_path / "conf.jsonl", bad))
+    bad[4]["route"] = {k: v for k, v in bad[4]["route"].items() if k != "confidence"}
+    missing = write_rows(tmp_path / "missing.jsonl", bad)
+    assert discover(missing, clusters="density").summary["rows"] == len(rows)
+    with pytest.raises(ConversionError, match=r"missing.jsonl:5: route.confidence is missing"):
+        discover(missing, clusters="density", below=0.1)
     no_vectors = write_rows(tmp_path / "plain.jsonl", rows, drop=("vector",))
     with pytest.raises(ConversionError, match=r"plain.jsonl: no 'vector' column: give --pipeline"):
         discover(no_vectors)
