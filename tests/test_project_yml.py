@@ -521,6 +521,11 @@ def test_discover_takes_clinc150_from_assets_to_its_report() -> None:
     # as many clusters as the data holds, by default
     assert "--clusters ${vars.discover_clusters}" in discover
     assert vars_["discover_clusters"] == "auto"
+    # the near misses the router routed with a low confidence join the pool; the
+    # loop adds each cluster with the 5 representatives it shows
+    assert "--below ${vars.discover_below}" in discover and vars_["discover_below"] == 0.1
+    assert "--representatives ${vars.discover_representatives}" in discover
+    assert vars_["discover_representatives"] == 5
     add = command(config, "add-labels-discover")["script"][0]
     assert "--review annotations/discover_clusters/review.jsonl --accept-all" in add
     # the test split is for the loop only: evaluated, and scored
