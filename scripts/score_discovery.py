@@ -96,7 +96,7 @@ def main(
         f"pool: {kinds(intents, held_out)} of the traffic's {kinds(list(gold.values()), held_out)}"
     )
 
-    clustering: Dict[str, Any] = {"router": score_pool(clusters, intents, held_out)}
+    clustering: Dict[str, Any] = {"discover": score_pool(clusters, intents, held_out)}
     unit = frozen_vectors([texts[i] for i in pool_ids], checkpoint=encoder)
     for name, labels in baseline_clusters(unit, len(held_out), seed=seed).items():
         clustering[f"frozen_{name}"] = score_pool(labels.tolist(), intents, held_out)
@@ -139,7 +139,10 @@ def main(
         "clustering": clustering,
         "loop": loop_scores,
         "label_intents": stands_for,
-        "discovery": {key: found.summary[key] for key in ("method", "vectors", "min_cluster_size")},
+        "discovery": {
+            key: found.summary.get(key)
+            for key in ("method", "vectors", "min_cluster_size", "below", "pooled_routed")
+        },
         "frozen_encoder": encoder or "the bert_encoder's default",
     }
     output.parent.mkdir(parents=True, exist_ok=True)

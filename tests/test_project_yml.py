@@ -510,7 +510,7 @@ def test_discover_takes_clinc150_from_assets_to_its_report() -> None:
     assert "--key ${vars.route_key}" in threshold
     assert "corpus/clinc150_discover/val.spacy" in threshold
     # the router routes the traffic, and discover clusters what it did not route
-    # on the router's own vectors (it has no bert_vectors: no --vectors)
+    # on the frozen vectors of the checkpoint the router was fine-tuned from
     annotate = command(config, "annotate-discover")["script"][0]
     assert "annotate training/discover/model-routed corpus/clinc150_discover/traffic.jsonl " in (
         annotate
@@ -518,6 +518,8 @@ def test_discover_takes_clinc150_from_assets_to_its_report() -> None:
     assert "--vectors" not in annotate
     discover = command(config, "discover-discover")["script"][0]
     assert "--pipeline training/discover/model-routed" in discover
+    assert "--encoder ${vars.encoder}" in discover
+    assert "--paths.encoder ${vars.encoder}" in train
     # as many clusters as the data holds, by default
     assert "--clusters ${vars.discover_clusters}" in discover
     assert vars_["discover_clusters"] == "auto"

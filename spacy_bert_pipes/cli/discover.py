@@ -70,6 +70,14 @@ def discover_cli(
         help="Also pool the docs routed with an in-scope confidence below this: a new "
         "intent worded like a known one is often routed, with a low confidence (0: off)",
     ),
+    encoder: Optional[str] = typer.Option(
+        None,
+        "--encoder",
+        help="Cluster on this encoder checkpoint's own sentence vectors (nothing trained; a "
+        "name or folder): a router's fine-tuning pulls a new intent's docs towards the known "
+        "intent they resemble",
+        show_default=False,
+    ),
     n_representatives: int = typer.Option(
         N_REPRESENTATIVES,
         "--representatives",
@@ -120,6 +128,7 @@ def discover_cli(
             texts=texts,
             include_ambiguous=include_ambiguous,
             below=below,
+            encoder=encoder,
             clusters=clusters,
             min_cluster_size=min_cluster_size,
             seed=seed,
@@ -130,7 +139,7 @@ def discover_cli(
             progress=True,
         )
         paths = write_discovery(result, output_dir, review_name=review, picture=picture)
-    except (ConversionError, ValueError, ImportError) as err:
+    except (ConversionError, ValueError, ImportError, OSError) as err:
         fail(str(err))
     summary = result.summary
     routed = f" ({summary['pooled_routed']} routed below confidence {below})" if below > 0 else ""

@@ -202,6 +202,26 @@ def embed_rows(
     return numpy.concatenate(parts).astype("float32")
 
 
+def checkpoint_embedder(checkpoint: Optional[str] = None) -> "Language":
+    """A pipeline of an encoder checkpoint's own sentence vectors, nothing
+    trained: a `bert_encoder` and a `bert_vectors` (`doc.vector`).
+
+    checkpoint (Optional[str]): A name or folder, as `bert-pipes assemble
+        --vectors` takes it; None: the bert_encoder's default.
+    RAISES (OSError): The checkpoint cannot be loaded, named.
+    """
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder")
+    nlp.add_pipe("bert_vectors")
+    if checkpoint is not None:
+        loader = {"@misc": "spacy-bert-pipes.HFCheckpoint.v1", "source": checkpoint}
+        nlp.config["initialize"]["components"]["bert_encoder"] = {"encoder_loader": loader}
+    nlp.initialize()
+    return nlp
+
+
 def has_bert_vectors(nlp: "Language") -> bool:
     """Whether the pipeline has a bert_vectors component (its docs have vectors)."""
     return "bert_vectors" in {nlp.get_pipe_meta(name).factory for name in nlp.pipe_names}

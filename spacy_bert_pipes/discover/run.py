@@ -41,7 +41,15 @@ from .labels import (
     prototype_space,
     routed_space,
 )
-from .pool import Pool, embed_rows, has_bert_vectors, missing_text, read_pool, read_pool_texts
+from .pool import (
+    Pool,
+    checkpoint_embedder,
+    embed_rows,
+    has_bert_vectors,
+    missing_text,
+    read_pool,
+    read_pool_texts,
+)
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -116,6 +124,7 @@ def discover(
     texts: Optional[Union[str, Path]] = None,
     include_ambiguous: bool = False,
     below: float = 0.0,
+    encoder: Optional[str] = None,
     clusters: Union[int, str] = DEFAULT_CLUSTERS,
     min_cluster_size: int = 5,
     seed: int = 0,
@@ -140,6 +149,11 @@ def discover(
     below (float): Also pool the docs with an in-scope confidence below it,
         routed or not: a new intent worded like a known one is often routed, with
         a low confidence. 0: only the decisions.
+    encoder (Optional[str]): Cluster on this encoder checkpoint's own sentence
+        vectors (nothing trained; a name or folder, as `bert-pipes assemble
+        --vectors` takes it), not on the OUTPUT's or the pipeline's: a router's
+        fine-tuning pulls a new intent's docs towards the known intent they
+        resemble, where the checkpoint it started from keeps them apart.
     clusters (Union[int, str]): "auto": k-means, K from the data by the
         silhouette (`choose_k`); "density": as many as the density holds,
         scattered docs left out (`density_clusters`); K: k-means, K clusters.
@@ -160,7 +174,9 @@ def discover(
     if n_representatives < 1:
         raise ValueError(f"representatives per cluster must be at least 1: {n_representatives}")
     pool = read_pool(annotations, text_column=text_column, progress=progress)
-    if pool.vectors is None and nlp is None:
+    if encoder is not None:  # the checkpoint's vectors, not the OUTPUT's
+        pool.vectors = None
+    if pool.vectors is None and nlp is None and encoder is None:
         raise ConversionError(
             pool.path,
             "no 'vector' column: give --pipeline (a router with label prototypes, or one "
@@ -171,6 +187,7 @@ def discover(
     # space of its prototypes
     own_space = (
         pool.vectors is None
+        and encoder is None
         and nlp is not None
         and component is not None
         and not has_bert_vectors(nlp)
@@ -183,7 +200,8 @@ def discover(
     routed_sample = _routed_sample(pool, rng) if component is None and pool.vectors is None else []
     _fill_texts(pool, rows + routed_sample, texts, text_column, id_column)
     row_texts = [str(pool.texts[row]) for row in rows]
-    unit = _unit_vectors(pool, rows, nlp, progress, embedder)
+    vectors_of = checkpoint_embedder(encoder) if encoder is not None else nlp
+    unit = _unit_vectors(pool, rows, vectors_of, progress, embedder)
     method: Dict[str, Any] = {"method": "none: no doc to cluster"}
     if len(rows) == 0:
         assigned = numpy.zeros(0, dtype="int64")
@@ -207,7 +225,7 @@ def discover(
                 nlp, component, [[row_texts[i] for i in sample] for sample in samples]
             )
     else:
-        space = _routed_space(pool, routed_sample, nlp, progress)
+        space = _routed_space(pool, routed_sample, vectors_of, progress)
         label_centers = _stack(centers)
     nearest = nearest_labels(label_centers, space.labels, space.vectors)
     described = []
@@ -252,7 +270,7 @@ def discover(
         **method,
         "min_cluster_size": min_cluster_size,
         "seed": seed,
-        "vectors": _vectors_source(pool, embedder),
+        "vectors": _vectors_source(pool, embedder, encoder),
         "labels_from": space.source,
         "near_cosine": near_cosine,
     }
@@ -306,8 +324,10 @@ def _unit_vectors(
     return unit_rows(vectors)
 
 
-def _vectors_source(pool: Pool, component: Optional[str]) -> str:
+def _vectors_source(pool: Pool, component: Optional[str], encoder: Optional[str]) -> str:
     """Where the pool's vectors came from, for the summary."""
+    if encoder is not None:
+        return f"the frozen sentence vectors of {encoder}"
     if pool.vectors is not None:
         return "the vector column"
     if component is not None:

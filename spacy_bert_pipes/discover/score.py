@@ -22,6 +22,7 @@ import numpy
 
 from ..similar import embed_texts, unit_rows
 from .cluster import AUTO, DISCOVER_EXTRA, NOISE, cluster_pool, density_clusters, kmeans_clusters
+from .pool import checkpoint_embedder
 
 # An intent is discovered by a cluster that holds this share of its docs ...
 DISCOVERED_SHARE = 0.5
@@ -129,15 +130,7 @@ def frozen_vectors(
     checkpoint (Optional[str]): The encoder checkpoint, as `bert-pipes
         assemble --vectors` takes it; None: the bert_encoder's default.
     """
-    import spacy
-
-    nlp = spacy.blank("en")
-    nlp.add_pipe("bert_encoder")
-    nlp.add_pipe("bert_vectors")
-    if checkpoint is not None:
-        loader = {"@misc": "spacy-bert-pipes.HFCheckpoint.v1", "source": checkpoint}
-        nlp.config["initialize"]["components"]["bert_encoder"] = {"encoder_loader": loader}
-    nlp.initialize()
+    nlp = checkpoint_embedder(checkpoint)
     return unit_rows(embed_texts(nlp, texts, batch_size=batch_size))
 
 

@@ -102,6 +102,10 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     assert all(len(r["representatives"]) == 2 for r in review)
     result = runner.invoke(app, ["discover", str(annotations), str(near), "--below", "2"])
     assert result.exit_code == 2 and "--below" in result.output
+    result = runner.invoke(
+        app, ["discover", str(annotations), str(near), "--encoder", "no-such-encoder"]
+    )
+    assert result.exit_code == 1 and "Could not load encoder 'no-such-encoder'" in result.output
     # without vectors or a pipeline: one line naming the file
     result = runner.invoke(app, ["discover", str(annotations), str(tmp_path / "x")])
     assert result.exit_code == 1

@@ -23,6 +23,7 @@ from spacy_bert_pipes.discover import (
 from spacy_bert_pipes.io.errors import ConversionError
 
 WIDTH = 16
+TINY_WIDTH = 32  # the hidden size of the tiny BERT (helpers.write_tiny_bert)
 LABELS = ["card", "fx", "pin"]
 # Two new intents: one near "card" (its direction plus a little), one far.
 NEW = {
@@ -146,6 +147,19 @@ def test_low_confidence_routed_docs_join_below(tmp_path: Path) -> None:
     # representatives: as many as asked
     few = discover(path, min_cluster_size=5, clusters="density", n_representatives=5)
     assert all(len(c.representatives) == 5 for c in few.clusters)
+
+
+def test_an_encoder_checkpoint_gives_the_vectors(annotations: Path, tiny_bert: Path) -> None:
+    found = discover(annotations, encoder=str(tiny_bert), clusters="density", min_cluster_size=3)
+    summary = found.summary
+    assert summary["vectors"] == f"the frozen sentence vectors of {tiny_bert}"
+    assert summary["pooled"] == 32 and summary["clustered"] + summary["noise"] == 30
+    # the known labels too are in the checkpoint's space: the mean vector of
+    # the docs routed to each, embedded by it
+    assert summary["labels_from"] == "the mean vector of the rows routed to each label"
+    assert found.label_space.vectors.shape[1] == TINY_WIDTH  # not the column's WIDTH
+    with pytest.raises(OSError, match="no-such-encoder"):
+        discover(annotations, encoder="no-such-encoder", clusters="density")
 
 
 def test_k_clusters(annotations: Path, extras: None) -> None:
