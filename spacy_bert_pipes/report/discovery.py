@@ -21,7 +21,12 @@ def discovery_section(d: DiscoveryFiles, figures: Figures) -> List[Block]:
     decisions = s.get("decisions") or {}
     pooled = ", ".join(str(x) for x in s.get("pooled_decisions", []))
     blocks: List[Block] = [
-        Heading(2, f"New intents among the docs not routed (`{d.folder}`)"),
+        Heading(
+            2,
+            "New intents among the docs not routed"
+            + (f" or routed below confidence {s.get('below')}" if s.get("below") else "")
+            + f" (`{d.folder}`)",
+        ),
         Paragraph(
             f"`bert-pipes discover` over `{s.get('annotations')}`: of its {s.get('rows')} rows, "
             f"{decisions.get('routed', 0)} were routed, {decisions.get('out_of_scope', 0)} "

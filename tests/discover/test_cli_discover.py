@@ -100,6 +100,12 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     assert "16 docs pooled of 16 (1 routed below confidence 0.95)" in result.output
     review = [json.loads(line) for line in (near / "review.jsonl").read_text().splitlines()]
     assert all(len(r["representatives"]) == 2 for r in review)
+    near_report = tmp_path / "near_report"
+    result = runner.invoke(app, ["report", "--discovery", str(near), "-o", str(near_report)])
+    assert result.exit_code == 0, result.output
+    markdown = (near_report / "report.md").read_text(encoding="utf8")
+    assert "## New intents among the docs not routed or routed below confidence 0.95" in markdown
+    assert "or a confidence below 0.95 (1 of them routed)" in markdown
     result = runner.invoke(app, ["discover", str(annotations), str(near), "--below", "2"])
     assert result.exit_code == 2 and "--below" in result.output
     result = runner.invoke(
