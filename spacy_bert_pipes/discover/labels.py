@@ -1,6 +1,6 @@
 """The known labels, as vectors a cluster can be compared with (`LabelSpace`):
 the label prototypes of the pipeline's `bert_textcat`, in its own space
-(`prototype_space`, with `prototype_centers` for the clusters and
+(`prototype_space`, with `prototype_samples` for the clusters and
 `prototype_vectors` for docs), or else the
 unit mean vector of the rows routed to each label (`routed_space`).
 """
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, cast
 
 import numpy
 
+from ..similar import unit_rows
 from .describe import centroid
 
 if TYPE_CHECKING:
@@ -76,13 +77,13 @@ def prototype_vectors(nlp: "Language", component: str, texts: Sequence[str]) -> 
     return prototypes.sentence_vectors([nlp.make_doc(text) for text in texts])
 
 
-def prototype_centers(
+def prototype_samples(
     nlp: "Language", component: str, member_texts: Sequence[Sequence[str]]
-) -> numpy.ndarray:
-    """Each cluster's unit mean of its members' sentence vectors by the
-    bert_textcat (the space of its prototypes). (n_clusters, width)"""
-    centers = [centroid(prototype_vectors(nlp, component, texts)) for texts in member_texts]
-    return numpy.stack(centers) if centers else numpy.zeros((0, 0), dtype="float32")
+) -> List[numpy.ndarray]:
+    """Each cluster's members' unit sentence vectors by the bert_textcat (the
+    space of its prototypes, where a label made of the cluster would live):
+    per cluster (n_members, width)."""
+    return [unit_rows(prototype_vectors(nlp, component, texts)) for texts in member_texts]
 
 
 def routed_space(labels: Sequence[Optional[str]], unit: numpy.ndarray) -> LabelSpace:

@@ -36,8 +36,8 @@ from .labels import (
     PROTOTYPE_SAMPLE,
     ROUTED_SAMPLE,
     LabelSpace,
-    prototype_centers,
     prototype_component,
+    prototype_samples,
     prototype_space,
     routed_space,
 )
@@ -214,28 +214,32 @@ def discover(
     members = [numpy.flatnonzero(assigned == c) for c in range(n_found)]
     centers = [centroid(unit[m]) for m in members]
     words = keywords(row_texts, assigned) if n_found else {}
+    # the representatives: the members nearest the centre in the space a label
+    # made of the cluster would live in (the prototypes', when there are some)
+    pick_from, pick_unit = members, [unit[m] for m in members]
     if component is not None:
         assert nlp is not None
         space = prototype_space(nlp, component)
         if own_space:  # the clusters' centroids are in the prototypes' space already
             label_centers = _stack(centers)
         else:
-            samples = [_sample(m, PROTOTYPE_SAMPLE, rng) for m in members]
-            label_centers = prototype_centers(
-                nlp, component, [[row_texts[i] for i in sample] for sample in samples]
+            pick_from = [_sample(m, PROTOTYPE_SAMPLE, rng) for m in members]
+            pick_unit = prototype_samples(
+                nlp, component, [[row_texts[i] for i in sample] for sample in pick_from]
             )
+            label_centers = _stack([centroid(vectors) for vectors in pick_unit])
     else:
         space = _routed_space(pool, routed_sample, vectors_of, progress)
         label_centers = _stack(centers)
     nearest = nearest_labels(label_centers, space.labels, space.vectors)
     described = []
-    for c, (m, center, (label, cosine)) in enumerate(zip(members, centers, nearest)):
-        chosen = representatives(unit[m], center, n_representatives)
+    for c, (m, (label, cosine)) in enumerate(zip(pick_from, nearest)):
+        chosen = representatives(pick_unit[c], label_centers[c], n_representatives)
         shown = [{"id": pool.ids[rows[m[i]]], "text": row_texts[m[i]]} for i in chosen]
         described.append(
             Cluster(
                 c,
-                len(m),
+                len(members[c]),
                 suggested_name(words.get(c, []), c),
                 words.get(c, []),
                 label,

@@ -11,7 +11,9 @@ from helpers import LABELS, SMALL_ENCODER, loader_config, prototype_router, text
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
-from spacy_bert_pipes.discover.labels import prototype_space
+from spacy_bert_pipes.discover import discover
+from spacy_bert_pipes.discover.describe import centroid, representatives
+from spacy_bert_pipes.discover.labels import prototype_samples, prototype_space
 
 # the default --clusters auto is k-means: scikit-learn, from the extras
 pytestmark = pytest.mark.usefixtures("one_thread", "extras")
@@ -186,3 +188,37 @@ def test_a_bad_clusters_value_is_named_before_any_loading(tmp_path: Path) -> Non
     assert result.exit_code == 1
     assert "--clusters must be 'auto'" in result.output and "'many'" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_representatives_are_nearest_the_centre_in_the_prototypes_space(
+    router: Path, tmp_path: Path
+) -> None:
+    # two groups far apart in the vector column's space, every member equally
+    # near its group's centre there: only the prototypes' space orders them
+    words = ["card", "pin", "cash", "bank", "fee", "rate"]
+    rows = []
+    for i in range(12):
+        vector = numpy.zeros(8)
+        vector[i // 6] = 1.0
+        vector[2 + i % 6] = 0.1
+        out = {"label": None, "top": "card", "confidence": 0.1, "decision": "out_of_scope"}
+        text = f"{'please' if i < 6 else 'maybe'} {words[i % 6]} {words[(i * 5) % 6]} now"
+        rows.append(
+            {"id": f"n{i}", "route": out, "empty_text": False, "text": text, "vector": list(vector)}
+        )
+    path = tmp_path / "routed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf8")
+    nlp = spacy.load(router)
+    found = discover(path, nlp=nlp, clusters=2, min_cluster_size=2, n_representatives=3)
+    by_id = {row["id"]: row["text"] for row in rows}
+    member_ids = {c.cluster: [] for c in found.clusters}
+    for row in found.assignments:
+        member_ids[row["cluster"]].append(row["id"])
+    reordered = 0
+    for cluster in found.clusters:
+        texts = [by_id[i] for i in member_ids[cluster.cluster]]
+        unit = prototype_samples(nlp, "bert_textcat", [texts])[0]
+        nearest = representatives(unit, centroid(unit), 3)
+        assert [r["text"] for r in cluster.representatives] == [texts[i] for i in nearest]
+        reordered += nearest != [0, 1, 2]
+    assert reordered  # the column's space alone would have kept the members' order
