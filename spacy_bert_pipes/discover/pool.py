@@ -71,11 +71,16 @@ class Pool:
 
 
 def read_pool(
-    annotations: Union[str, Path], *, text_column: str = "text", progress: bool = False
+    annotations: Union[str, Path],
+    *,
+    text_column: str = "text",
+    vectors: bool = True,
+    progress: bool = False,
 ) -> Pool:
     """Read an annotate OUTPUT (.jsonl, .csv, .parquet or a folder of Parquet
     shards) with its `route` column, its texts when it kept them
-    (`--keep-columns text`) and its vectors when it has them.
+    (`--keep-columns text`) and, unless `vectors` is False, its vectors when it
+    has them.
 
     RAISES (ConversionError): A row without an id or a route, a decision that
         is not one of DECISIONS, or a bad vector; the error names the row.
@@ -129,7 +134,7 @@ def read_pool(
     if not ids:
         raise ConversionError(str(path), "the file has no rows")
     pool = Pool(str(path), ids, locations, decisions, labels, confidences, empty, texts)
-    if has_vectors(path):
+    if vectors and has_vectors(path):
         collection = read_vectors(path, id_column=output_id_column(path), progress=progress)
         for number, (got, want) in enumerate(zip(collection.ids, ids)):
             if got != want:

@@ -173,9 +173,10 @@ def discover(
         raise ValueError(f"--below takes a confidence from 0 to 1: {below}")
     if n_representatives < 1:
         raise ValueError(f"representatives per cluster must be at least 1: {n_representatives}")
-    pool = read_pool(annotations, text_column=text_column, progress=progress)
-    if encoder is not None:  # the checkpoint's vectors, not the OUTPUT's
-        pool.vectors = None
+    # with an encoder, the checkpoint's vectors, not the OUTPUT's
+    pool = read_pool(
+        annotations, text_column=text_column, vectors=encoder is None, progress=progress
+    )
     if pool.vectors is None and nlp is None and encoder is None:
         raise ConversionError(
             pool.path,
