@@ -48,6 +48,7 @@ from ..models.heads.prototypes import (
     remember_examples,
     self_trained_prototypes,
     store_prototypes,
+    unit_with_norms,
 )
 from .textcat_scope import ScopeRouter
 from .textcat_targets import gold_targets
@@ -321,7 +322,7 @@ class LabelPrototypes:
         if self.exclusive and reference is not None and len(reference):
             R = numpy.asarray(reference, dtype="f")
             logits = ops.to_numpy(cosine_logits(output, ops.asarray2f(cast(Floats2d, R))))
-            unit = R / numpy.maximum(numpy.linalg.norm(R, axis=1, keepdims=True), 1e-12)
+            unit, _ = unit_with_norms(R)
             bias = guard_bias(logits, unit @ ops.to_numpy(row)[0], scale)
         # thinc does not resize a layer with weights: a new output layer takes its place
         grown = cosine_output(

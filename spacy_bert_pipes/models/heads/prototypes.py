@@ -180,10 +180,8 @@ def cosine_output(
         W = cast(Floats2d, model.get_param("W"))  # (nO, nI)
         b = cast(Floats1d, model.get_param("b"))  # (nO,)
         s = xp.exp(model.get_param("log_scale"))  # (1,)
-        w_norms = xp.maximum(xp.linalg.norm(W, axis=1, keepdims=True), 1e-12)  # (nO, 1)
-        Wn = W / w_norms
-        x_norms = xp.maximum(xp.linalg.norm(X, axis=1, keepdims=True), 1e-12)  # (batch, 1)
-        Xn = X / x_norms
+        Wn, w_norms = unit_with_norms(W)  # (nO, nI), (nO, 1)
+        Xn, x_norms = unit_with_norms(X)  # (batch, nI), (batch, 1)
         cos = model.ops.gemm(Xn, Wn, trans2=True)  # (batch, nO)
         weight = float(model.attrs["example_weight"])
         if not is_train and weight > 0 and has_examples(model):
@@ -312,22 +310,27 @@ def remember_examples(
 def store_prototypes(model: Model, prototypes: Array) -> None:
     """Set the prototypes (n_labels, width) of a PrototypeCatModel's output
     layer, stored at the model's prototype_norm."""
-    xp = get_array_module(prototypes)
-    norms = xp.maximum(xp.linalg.norm(prototypes, axis=1, keepdims=True), 1e-12)
-    rows = prototypes / norms * model.attrs["prototype_norm"]
+    unit, _ = unit_with_norms(prototypes)
+    rows = unit * model.attrs["prototype_norm"]
     output = model.get_ref("output")
     output.set_param("W", model.ops.asarray2f(rows.astype("f")))
+
+
+def unit_with_norms(A: Array) -> Tuple[Array, Array]:
+    """A's rows scaled to length 1, and their lengths (at least 1e-12, so a zero
+    row stays zero). (n, width), (n, 1)"""
+    xp = get_array_module(A)
+    norms = xp.maximum(xp.linalg.norm(A, axis=1, keepdims=True), 1e-12)
+    return A / norms, norms
 
 
 def cosine_logits(output: Model, X: Array) -> Array:
     """`scale * cos(X, W) + b` of a cosine output layer, before the softmax
     (without the remembered examples' term of `example_weight`). (n_docs, nO)"""
     xp = get_array_module(X)
-    W = output.get_param("W")
-    Wn = W / xp.maximum(xp.linalg.norm(W, axis=1, keepdims=True), 1e-12)
-    Xn = X / xp.maximum(xp.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-    scale = xp.exp(output.get_param("log_scale"))
-    return (Xn @ Wn.T) * scale + output.get_param("b")
+    Wn, _ = unit_with_norms(output.get_param("W"))
+    Xn, _ = unit_with_norms(X)
+    return (Xn @ Wn.T) * xp.exp(output.get_param("log_scale")) + output.get_param("b")
 
 
 def guard_bias(logits: Array, new_cosines: Array, scale: float) -> float:
