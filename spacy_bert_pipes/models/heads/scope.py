@@ -38,6 +38,9 @@ SCOPE_ATTR = "scope"
 TEMPERATURE_ATTR = "calibration_temperature"
 # the smallest probability whose log is taken (fp32 softmax underflows to 0)
 _TINY = 1e-30
+# raw scores this close (relative; absolute below 1) are one score: the same doc
+# in another batch differs by ~1e-6 in fp32
+SCORE_TOLERANCE = 1e-5
 
 
 @dataclass
@@ -165,12 +168,18 @@ def raw_scores(
 
 def confidence(fit: Optional[ScopeFit], method: str, raw: numpy.ndarray) -> numpy.ndarray:
     """In-scope confidence in [0, 1] from raw scores: the share of the fit's
-    reference scores that are at least as high. Without a fit of `method`, the
+    reference scores that are at least as high, a reference within fp32
+    rounding (SCORE_TOLERANCE) counting as equal. Without a fit of `method`, the
     top probability (1 - raw max_prob score)."""
     if fit is None or fit.method != method:
         return numpy.clip(1.0 - raw, 0.0, 1.0).astype("f")
     ref = fit.reference
-    below = numpy.searchsorted(ref, raw, side="left")  # reference scores < raw
+    raw = numpy.asarray(raw, dtype="float64")
+    # a reference doc scored again in another batch comes back a few ulps off
+    # (other padding, other kernels); with the threshold at its confidence, it
+    # would flip to out of scope
+    tolerance = SCORE_TOLERANCE * numpy.maximum(numpy.abs(raw), 1.0)
+    below = numpy.searchsorted(ref, raw - tolerance, side="left")  # clearly below raw
     return (1.0 - below / len(ref)).astype("f")
 
 

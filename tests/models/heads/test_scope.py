@@ -155,3 +155,14 @@ def test_extend_fit_adds_a_labels_examples_as_training_docs() -> None:
         ref_probs=probs,
     )
     assert extend_fit(fit, new) is fit
+
+
+def test_a_reference_score_a_few_ulps_off_keeps_its_confidence() -> None:
+    fit = ScopeFit(method="knn", reference=numpy.asarray([0.1, 0.2, 7075.3447], dtype="f"))
+    ref = fit.reference.astype("float64")
+    # the same docs scored again in another batch (fp32 noise) keep their confidence
+    again = confidence(fit, "knn", ref * (1 + 3e-7))
+    assert again.tolist() == pytest.approx(confidence(fit, "knn", ref).tolist())
+    assert again.tolist() == pytest.approx([1.0, 2 / 3, 1 / 3])
+    # a score clearly above a reference is less in scope
+    assert confidence(fit, "knn", ref * (1 + 1e-3)).tolist() == pytest.approx([2 / 3, 1 / 3, 0.0])
