@@ -284,12 +284,15 @@ class LabelPrototypes:
         descriptions: Sequence[str],
         examples: Sequence[Doc] = (),
         reference: Optional[numpy.ndarray] = None,
-    ) -> None:
+    ) -> numpy.ndarray:
         """Add a label to an initialized (trained) component: its prototype is made
         from its descriptions and its example docs (without training), with the
         configured similarity_threshold as its bias (multi-label) or, exclusive, a
         zero bias, lowered until none of the `reference` features (docs the
-        component was fit on, (n, width)) changes its top label (`guard_bias`)."""
+        component was fit on, (n, width)) changes its top label (`guard_bias`).
+
+        RETURNS (numpy.ndarray): The examples' sentence vectors. (n_examples, width)
+        """
         check_label(self.name, label)
         if label in self.labels:
             raise ValueError(f"'{self.name}' already has the label {label!r}")
@@ -352,6 +355,7 @@ class LabelPrototypes:
             self.remember(list(examples), ops.asarray2f(cast(Floats2d, vectors)), positive)
         if phrases:
             self.remember_descriptions([label], {label: phrases}, [described])
+        return vectors
 
     def adapt_to_texts(
         self,

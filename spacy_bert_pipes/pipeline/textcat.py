@@ -360,10 +360,10 @@ class BertTextCategorizer(ConfiguredPipe):
         router the new label's bias keeps every doc the fit remembers with the
         label it had (`ScopeRouter.remembered`, `guard_bias`)."""
         router = self.router
-        self.prototypes.add_described_label(
+        vectors = self.prototypes.add_described_label(
             label, descriptions, examples, reference=router.remembered()
         )
-        router.add_examples(list(examples))
+        router.add_examples(vectors)
 
     def adapt_to_texts(
         self,

@@ -197,15 +197,18 @@ class ScopeRouter:
             return None
         return fit.vectors if fit.method == "knn" else fit.means
 
-    def add_examples(self, docs: List[Doc]) -> None:
+    def add_examples(self, vectors: numpy.ndarray) -> None:
         """A new label's example docs join the out-of-scope fit, as training
         docs would have (`extend_fit`): without them, "knn" and "mahalanobis"
-        would keep calling the new label's docs out of scope."""
+        would keep calling the new label's docs out of scope.
+
+        vectors (numpy.ndarray): The examples' features (the model's output
+            layer's input). (n_examples, width)
+        """
         fit = self.fit
-        if fit is None or not docs or fit.method == "max_prob":
+        if fit is None or not len(vectors) or fit.method == "max_prob":
             return
-        X, _ = self.forward(docs)
-        set_fit(self.model, extend_fit(fit, X))
+        set_fit(self.model, extend_fit(fit, vectors))
 
     # --- calibrating -----------------------------------------------------------------
     def gold_index(self, example: Example) -> Optional[int]:
