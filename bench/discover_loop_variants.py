@@ -1,0 +1,266 @@
+"""The `discover` loop under other rules for a new label (not a test): how the
+held-out intents' test queries and the known intents' would be routed if
+`add-label` gave a discovered cluster its bias, its out-of-scope memory or its
+logits another way.
+
+    python bench/discover_loop_variants.py PROJECT \
+        --output bench/results/discover_loop_variants_seed0.json
+
+PROJECT is a project folder after `spacy project run discover` (its corpus,
+training/discover/model-routed, annotations/discover_clusters and
+metrics/discover.json). The router's features of the test queries, its
+training queries and the clusters' representatives are computed once; every
+variant then adds the review's clusters as labels in order, as `add-label
+--review --accept-all` does (each label's prototype the mean of its
+representatives, as `label_prototypes` makes it, its bias set against the docs
+the out-of-scope fit remembers), and routes the features. Variants:
+
+- `guard`: the shipped rule (`guard_bias`: no remembered doc changes its top label);
+- `shift D`: that bias raised by D logits (at most 0);
+- `quantile Q`: the bias at which a share Q of the remembered docs would change;
+- `centre`: the "knn" memory also keeps the unit mean of each label's examples;
+- `examples W`: the head's nearest-examples term (`example_weight` W, the mean
+  cosine with a label's 2 nearest remembered docs added to the prototype's),
+  with the training queries remembered, and the guard computed with it (a
+  training query leaves itself out);
+- `contrast S:N`: each new prototype with S times its components along its N
+  most similar known prototypes taken out (what sets it apart from them);
+- `ceiling C`: the bias may rise to C (default 0);
+- `new only`: with `examples W`, the term for the new labels alone;
+- and their combinations, such as `examples 1.0 quantile 0.0005`.
+
+The shipped rule reproduces the workflow's figures within a few queries (bf16
+features differ a little with the batch).
+"""
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy
+import spacy
+import srsly
+import typer
+from spacy.tokens import DocBin
+
+from spacy_bert_pipes.convert.clinc150_discover import TEST_HELD_OUT
+from spacy_bert_pipes.discover.review import review_examples
+from spacy_bert_pipes.models.heads.prototypes import GUARD_EPSILON, unit_with_norms
+from spacy_bert_pipes.models.heads.scope import confidence, extend_fit, knn_scores
+
+BATCH = 256
+# nearest examples averaged by the head's term (the `example_top` of the configs)
+EXAMPLE_TOP = 2
+VARIANTS = (
+    "guard",
+    "shift 0.5",
+    "shift 1.0",
+    "quantile 0.0005",
+    "quantile 0.001",
+    "quantile 0.005",
+    "centre",
+    "contrast 0.5:1",
+    "contrast 1.0:1",
+    "contrast 0.5:3",
+    "examples 0.25",
+    "examples 0.5",
+    "examples 1.0",
+    "examples 1.0 new only",
+    "examples 1.0 ceiling 9",
+    "examples 1.0 shift 3.0",
+    "examples 1.0 quantile 0.0005",
+)
+
+
+def unit(X: numpy.ndarray) -> numpy.ndarray:
+    return unit_with_norms(numpy.asarray(X, dtype="f"))[0]
+
+
+def in_scope(docs: List[Any], labels: List[str]) -> Tuple[List[str], List[int]]:
+    """The texts of docs with a gold label among `labels`, and its index."""
+    texts, gold = [], []
+    for doc in docs:
+        cats = {k: v for k, v in doc.cats.items() if k in labels}
+        if cats and max(cats.values()) >= 0.5:
+            texts.append(doc.text)
+            gold.append(labels.index(max(cats, key=cats.__getitem__)))
+    return texts, gold
+
+
+def top_mean(C: numpy.ndarray) -> numpy.ndarray:
+    """Each row's mean of its EXAMPLE_TOP largest values. (n,)"""
+    k = min(EXAMPLE_TOP, C.shape[1])
+    return numpy.partition(C, C.shape[1] - k, axis=1)[:, C.shape[1] - k :].mean(axis=1)
+
+
+def label_terms(C: numpy.ndarray, row_labels: numpy.ndarray, n_labels: int) -> numpy.ndarray:
+    """The head's nearest-examples term: for each row of C (cosines with the
+    remembered docs), per label, the mean of its EXAMPLE_TOP largest cosines
+    with that label's docs. (n, n_labels)"""
+    return numpy.stack([top_mean(C[:, row_labels == j]) for j in range(n_labels)], axis=1).astype(
+        "f"
+    )
+
+
+def main(
+    project: Path = typer.Argument(..., exists=True, file_okay=False),
+    output: Path = typer.Option(..., dir_okay=False),
+    variants: str = typer.Option(",".join(VARIANTS), help="Comma-separated variants"),
+) -> None:
+    corpus = project / "corpus" / "clinc150_discover"
+    nlp = spacy.load(project / "training" / "discover" / "model-routed")
+    name = next(n for n, pipe in nlp.pipeline if hasattr(pipe, "add_described_label"))
+    textcat: Any = nlp.get_pipe(name)
+    known = list(textcat.labels)
+    output_layer = textcat.model.get_ref("output")
+    ops = textcat.model.ops
+    W0 = unit(ops.to_numpy(output_layer.get_param("W")))
+    b0 = ops.to_numpy(output_layer.get_param("b")).astype("f")
+    scale = float(numpy.exp(ops.to_numpy(output_layer.get_param("log_scale"))[0]))
+    fit = textcat.router.fit
+    threshold = float(textcat.cfg["oos_threshold"])
+
+    def features(texts: List[str]) -> numpy.ndarray:
+        rows = [
+            textcat.router.forward([nlp.make_doc(t) for t in texts[i : i + BATCH]])[0]
+            for i in range(0, len(texts), BATCH)
+        ]
+        return numpy.concatenate(rows)
+
+    def docs(path: Path) -> List[Any]:
+        return list(DocBin().from_disk(path).get_docs(nlp.vocab))
+
+    train_texts, train_gold = in_scope(docs(corpus / "train.spacy"), known)
+    U_train = unit(features(train_texts))
+    test_texts, test_gold = in_scope(docs(corpus / "test.spacy"), known)
+    X_test = features(test_texts)
+    held = list(srsly.read_jsonl(corpus / TEST_HELD_OUT))
+    X_held = features([row["text"] for row in held])
+    held_intents = [row["intent"] for row in held]
+    stands_for: Dict[str, str] = json.loads(
+        (project / "metrics" / "discover.json").read_text(encoding="utf8")
+    )["label_intents"]
+    examples = review_examples(
+        project / "annotations" / "discover_clusters" / "review.jsonl", accept_all=True
+    )
+    new_labels = list(examples)
+    labels = known + new_labels
+    U_examples = {label: unit(features(texts)) for label, texts in examples.items()}
+    # the new prototypes, as label_prototypes makes them: the unit mean of unit rows
+    W_new = numpy.concatenate([W0, unit(numpy.stack([U_examples[n].mean(0) for n in new_labels]))])
+
+    def contrasted(W: numpy.ndarray, strength: float, nearest: float) -> numpy.ndarray:
+        """The new prototypes with `strength` times their components along their
+        `nearest` most similar known prototypes taken out."""
+        W = W.copy()
+        for j in range(len(known), len(W)):
+            for k in numpy.argsort(-(W0 @ W[j]))[: int(nearest)]:
+                W[j] = W[j] - strength * float(W[j] @ W0[k]) * W0[k]
+            W[j] = W[j] / numpy.linalg.norm(W[j])
+        return W
+
+    known_terms: List[numpy.ndarray] = []  # the training docs' term, computed once
+
+    def run(variant: str) -> Dict[str, Any]:
+        words = variant.split()
+        options = dict(zip(words[::2], words[1::2])) if words != ["guard"] else {}
+        if words == ["centre"]:
+            options = {"centre": "1"}
+        shift = float(options.get("shift", 0.0))
+        quantile = options.get("quantile")
+        weight = float(options.get("examples", 0.0))
+        contrast = options.get("contrast")
+        ceiling = float(options.get("ceiling", 0.0))
+        W = contrasted(W_new, *map(float, contrast.split(":"))) if contrast else W_new
+        new_only = options.get("new") == "only"
+
+        def mask(T: numpy.ndarray) -> numpy.ndarray:
+            """The term with the known labels' columns at 0 for `new only`."""
+            if new_only:
+                T = T.copy()
+                T[:, : len(known)] = 0.0
+            return T
+
+        b = list(b0)
+        memory = U_train  # what the knn fit remembers: the guard's reference docs
+        row_labels = numpy.asarray(train_gold)
+        terms = numpy.zeros((len(memory), len(known)), dtype="f")
+        if weight > 0:
+            if not known_terms:
+                C = U_train @ U_train.T
+                numpy.fill_diagonal(C, -2.0)  # a remembered doc does not find itself
+                known_terms.append(label_terms(C, row_labels, len(known)))
+            terms = mask(known_terms[0])
+        for i, label in enumerate(new_labels):
+            j = len(known) + i
+            added = U_examples[label]
+            cos = memory @ W[:j].T
+            if weight > 0:
+                cos = cos + weight * terms
+            best = cos * scale + numpy.asarray(b, dtype="f")
+            new = memory @ W[j]
+            if weight > 0:
+                column = top_mean(memory @ added.T)
+                new = new + weight * column
+            margins = best.max(axis=1) - scale * new
+            if quantile is not None:
+                bias = float(numpy.quantile(margins, float(quantile))) - GUARD_EPSILON
+            else:
+                bias = float(margins.min()) - GUARD_EPSILON + shift
+            bias = min(ceiling, bias)
+            b.append(bias)
+            if "centre" in options and len(added) >= 2:
+                added = numpy.concatenate([added, unit(added.mean(axis=0, keepdims=True))])
+            if weight > 0:  # the examples' own terms, and every doc's for the new label
+                C = added @ numpy.concatenate([memory, added]).T
+                C[numpy.arange(len(added)), len(memory) + numpy.arange(len(added))] = -2.0
+                own = mask(label_terms(C, numpy.append(row_labels, [j] * len(added)), j + 1))
+                terms = numpy.concatenate([numpy.column_stack([terms, column]), own])
+            memory = numpy.concatenate([memory, added])
+            row_labels = numpy.append(row_labels, [j] * len(added))
+        knn = extend_fit(fit, memory[len(U_train) :])
+        bias_row = numpy.asarray(b, dtype="f")
+
+        def route(X: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:
+            U = unit(X)
+            cos = U @ W.T
+            if weight > 0:
+                cos = cos + weight * mask(label_terms(U @ memory.T, row_labels, len(labels)))
+            top = (cos * scale + bias_row).argmax(axis=1)
+            return top, confidence(knn, "knn", knn_scores(X, knn.vectors, knn.k))
+
+        top, _ = route(X_test)
+        accuracy = float(numpy.mean(top == numpy.asarray(test_gold)))
+        top, conf = route(X_held)
+        shares = {"right_new_label": 0, "other_new_label": 0, "known_label": 0, "not_routed": 0}
+        for j, c, intent in zip(top.tolist(), conf.tolist(), held_intents):
+            label = labels[j]
+            if c < threshold:
+                shares["not_routed"] += 1
+            elif label not in stands_for:
+                shares["known_label"] += 1
+            else:
+                right = stands_for[label] == intent
+                shares["right_new_label" if right else "other_new_label"] += 1
+        result = {
+            "known_test_accuracy": round(100 * accuracy, 2),
+            **{k: round(100 * v / len(held), 2) for k, v in shares.items()},
+            "median_new_bias": round(float(numpy.median(b[len(known) :])), 3),
+        }
+        print(variant, result, flush=True)
+        return result
+
+    report = {
+        "project": str(project),
+        "held_out_test_queries": len(held),
+        "known_test_queries": len(test_gold),
+        "new_labels": len(new_labels),
+        "variants": {variant: run(variant) for variant in variants.split(",")},
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
