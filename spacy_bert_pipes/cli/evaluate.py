@@ -94,10 +94,11 @@ def evaluate_cli(
     own --output and --predictions.
     """
     msg = Printer()
-    for option, paths in (("--output", outputs), ("--predictions", predictions)):
+    for option, given in (("--output", outputs), ("--predictions", predictions)):
+        paths = given or []
         if paths and len(paths) != len(data_paths):
             fail(_count_mismatch(option, len(paths), data_paths))
-        twice = [path for i, path in enumerate(paths or []) if path in (paths or [])[:i]]
+        twice = [path for i, path in enumerate(paths) if path in paths[:i]]
         if twice:
             fail(f"{option} {twice[0]} is given for more than one DATA: each needs its own file")
     if gpu_id >= 0:
