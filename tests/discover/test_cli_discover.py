@@ -18,6 +18,15 @@ from spacy_bert_pipes.discover.labels import prototype_samples, prototype_space
 # the default --clusters auto is k-means: scikit-learn, from the extras
 pytestmark = pytest.mark.usefixtures("one_thread", "extras")
 runner = CliRunner()
+
+
+def discovery_report(discovery: Path, folder: Path) -> str:
+    """The markdown of `bert-pipes report --discovery DISCOVERY -o FOLDER`."""
+    result = runner.invoke(app, ["report", "--discovery", str(discovery), "-o", str(folder)])
+    assert result.exit_code == 0, result.output
+    return (folder / "report.md").read_text(encoding="utf8")
+
+
 NEW_TEXTS = ["top up my account", "hello world", "pin"]
 
 
@@ -68,9 +77,7 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     (out / "review.jsonl").write_text("".join(json.dumps(r) + "\n" for r in review))
     # the report shows the clusters with the reviewer's actions, and the picture
     reported = tmp_path / "report"
-    result = runner.invoke(app, ["report", "--discovery", str(out), "-o", str(reported)])
-    assert result.exit_code == 0, result.output
-    markdown = (reported / "report.md").read_text(encoding="utf8")
+    markdown = discovery_report(out, reported)
     assert "## New intents among the docs not routed" in markdown
     assert "15 docs in 3 clusters, 0 left unclustered" in markdown
     assert "| rename:new_pin |" in markdown and "| accept |" in markdown
@@ -102,10 +109,7 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     assert "16 docs pooled of 16 (1 routed below confidence 0.95)" in result.output
     review = [json.loads(line) for line in (near / "review.jsonl").read_text().splitlines()]
     assert all(len(r["representatives"]) == 2 for r in review)
-    near_report = tmp_path / "near_report"
-    result = runner.invoke(app, ["report", "--discovery", str(near), "-o", str(near_report)])
-    assert result.exit_code == 0, result.output
-    markdown = (near_report / "report.md").read_text(encoding="utf8")
+    markdown = discovery_report(near, tmp_path / "near_report")
     assert "## New intents among the docs not routed or routed below confidence 0.95" in markdown
     assert "or a confidence below 0.95 (1 of them routed)" in markdown
     result = runner.invoke(app, ["discover", str(annotations), str(near), "--below", "2"])
