@@ -34,6 +34,7 @@ features differ a little with the batch).
 """
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -218,7 +219,8 @@ def main(
                 terms = numpy.concatenate([numpy.column_stack([terms, column]), own])
             memory = numpy.concatenate([memory, added])
             row_labels = numpy.append(row_labels, [j] * len(added))
-        knn = extend_fit(fit, memory[len(U_train) :])
+        # the memory's labels play no part in its scores
+        knn = extend_fit(replace(fit, labels=None), memory[len(U_train) :])
         bias_row = numpy.asarray(b, dtype="f")
 
         def route(X: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:

@@ -10,6 +10,8 @@ import string
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import numpy
+
 WORDS = (
     "the a an of to in and is was for on with card my i you it this that what how why "
     "money bank transfer account payment refund pin new top up cash exchange rate "
@@ -275,3 +277,22 @@ def yaml_workflow(name: str) -> list:
 
     root = Path(__file__).resolve().parents[1]
     return list(srsly.read_yaml(root / "project.yml")["workflows"][name])
+
+
+def unit(rows: numpy.ndarray) -> numpy.ndarray:
+    """Each row scaled to length 1, float32."""
+    return (rows / numpy.linalg.norm(rows, axis=1, keepdims=True)).astype("f")
+
+
+def numeric_grad(f, x: numpy.ndarray, eps: float = 1e-3) -> numpy.ndarray:  # type: ignore[no-untyped-def]
+    """The central-difference gradient of the scalar f at x (changed and restored)."""
+    grad = numpy.zeros_like(x, dtype="f8")
+    for idx in numpy.ndindex(*x.shape):
+        old = x[idx]
+        x[idx] = old + eps
+        up = f(x)
+        x[idx] = old - eps
+        down = f(x)
+        x[idx] = old
+        grad[idx] = (up - down) / (2 * eps)
+    return grad

@@ -49,6 +49,22 @@ def add_label_cli(
     component: Optional[str] = typer.Option(
         None, "--component", help="The bert_textcat to extend (default: the only one)"
     ),
+    nearest_examples: float = typer.Option(
+        0.0,
+        "--nearest-examples",
+        help="> 0: from now on, predict with each label's nearest remembered docs too, at "
+        "this weight (a calibrated knn router's training docs, and the new labels' "
+        "examples); 0: leave the component as it is",
+        min=0.0,
+    ),
+    allowance: float = typer.Option(
+        0.0,
+        "--allowance",
+        help="The share of the docs a calibrated router remembers that a new label may "
+        "take from their labels (0: none)",
+        min=0.0,
+        max=0.5,
+    ),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Add labels to a trained bert_textcat whose model is a PrototypeCatModel."""
@@ -79,7 +95,7 @@ def add_label_cli(
         if not described and not by_label:
             fail("Give --descriptions, --examples and/or --review")
         nlp = spacy.load(pipeline)
-        added = add_labels(nlp, described, dict(by_label), component)
+        added = add_labels(nlp, described, dict(by_label), component, allowance, nearest_examples)
     except ValueError as error:
         fail(str(error))
     nlp.to_disk(output)

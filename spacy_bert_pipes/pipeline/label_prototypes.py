@@ -37,19 +37,20 @@ from thinc.api import Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
 from ..models.heads.prototypes import (
-    anchor_to_teacher,
     calibrate_scale,
-    contrastive_loss,
     cosine_logits,
     cosine_output,
     guard_bias,
     has_examples,
     label_prototypes,
+    nearest_examples,
     remember_examples,
+    remembered_logits,
     self_trained_prototypes,
     store_prototypes,
     unit_with_norms,
 )
+from ..models.heads.vector_losses import anchor_to_teacher, contrastive_loss
 from .textcat_scope import ScopeRouter
 from .textcat_targets import gold_targets
 
@@ -200,6 +201,38 @@ class LabelPrototypes:
         ids = [int(numpy.argmax(row)) if one else -1 for row, one in zip(positive, single)]
         remember_examples(output, [stable_key(doc.text) for doc in docs], vectors, ids)
 
+    def remember_fit_docs(
+        self,
+        weight: float,
+        vectors: Optional[numpy.ndarray],
+        label_ids: Optional[numpy.ndarray],
+    ) -> int:
+        """Set the head's example_weight; a head that remembers no examples yet
+        remembers `vectors` (the docs an out-of-scope fit keeps, (n, width)) as
+        examples of their `label_ids` ((n,)).
+
+        RETURNS (int): The number of remembered examples.
+        """
+        output = self.model.get_ref("output")
+        if not has_examples(output):
+            if vectors is None or label_ids is None or not len(vectors):
+                raise ValueError(
+                    f"'{self.name}' remembers no examples and its out-of-scope fit keeps "
+                    "no training docs with their labels: calibrate it with oos_method "
+                    '"knn" (bert-pipes calibrate) first'
+                )
+            ids = numpy.asarray(label_ids, dtype="int64")
+            if len(ids) != len(vectors) or ids.min() < 0 or ids.max() >= len(self.labels):
+                raise ValueError(
+                    f"'{self.name}': the out-of-scope fit's labels do not match its "
+                    f"{len(self.labels)} labels"
+                )
+            keys = [stable_key(f"\x00fit\x00{i}") for i in range(len(vectors))]
+            V = self.model.ops.asarray2f(cast(Floats2d, numpy.asarray(vectors, dtype="f")))
+            remember_examples(output, keys, V, ids.tolist())
+        output.attrs["example_weight"] = float(weight)
+        return int(output.get_param("E").shape[0])
+
     def remember_descriptions(
         self,
         labels: Sequence[str],
@@ -284,12 +317,16 @@ class LabelPrototypes:
         descriptions: Sequence[str],
         examples: Sequence[Doc] = (),
         reference: Optional[numpy.ndarray] = None,
+        allowance: float = 0.0,
     ) -> numpy.ndarray:
         """Add a label to an initialized (trained) component: its prototype is made
         from its descriptions and its example docs (without training), with the
         configured similarity_threshold as its bias (multi-label) or, exclusive, a
-        zero bias, lowered until none of the `reference` features (docs the
-        component was fit on, (n, width)) changes its top label (`guard_bias`).
+        zero bias, lowered until none of the reference docs changes its top label
+        (`guard_bias`; a share `allowance` of them may). The reference docs: with
+        the nearest-examples term (example_weight), the remembered examples, each
+        scored as prediction scores it; else the `reference` features (docs the
+        component was fit on, (n, width)), by their cosines.
 
         RETURNS (numpy.ndarray): The examples' sentence vectors. (n_examples, width)
         """
@@ -322,11 +359,16 @@ class LabelPrototypes:
         b = ops.to_numpy(output.get_param("b"))
         scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
         bias = 0.0 if self.exclusive else -scale * float(self.cfg["similarity_threshold"])
-        if self.exclusive and reference is not None and len(reference):
+        weight = float(output.attrs.get("example_weight", 0.0))
+        if self.exclusive and weight > 0 and has_examples(output):
+            own = vectors if described is None else numpy.concatenate([vectors, described])
+            logits, new = self._remembered_scores(output, row[0], own)
+            bias = guard_bias(logits, new, scale, allowance)
+        elif self.exclusive and reference is not None and len(reference):
             R = numpy.asarray(reference, dtype="f")
             logits = ops.to_numpy(cosine_logits(output, ops.asarray2f(cast(Floats2d, R))))
             unit, _ = unit_with_norms(R)
-            bias = guard_bias(logits, unit @ ops.to_numpy(row)[0], scale)
+            bias = guard_bias(logits, unit @ ops.to_numpy(row)[0], scale, allowance)
         # thinc does not resize a layer with weights: a new output layer takes its place
         grown = cosine_output(
             self.exclusive,
@@ -356,6 +398,32 @@ class LabelPrototypes:
         if phrases:
             self.remember_descriptions([label], {label: phrases}, [described])
         return vectors
+
+    def _remembered_scores(
+        self, output: Model, prototype: numpy.ndarray, own: numpy.ndarray
+    ) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """The remembered examples' logits over the labels there are, as
+        prediction gives them (`remembered_logits`), and their scores for a new
+        label of this prototype and these examples' (and descriptions') vectors:
+        the cosine plus example_weight times the nearest-examples term.
+        (n_examples, n_labels), (n_examples,)"""
+        ops = output.ops
+        logits = ops.to_numpy(remembered_logits(output))
+        E = ops.to_numpy(output.get_param("E"))
+        unit_prototype = prototype / max(float(numpy.linalg.norm(prototype)), 1e-12)
+        cos = E @ unit_prototype  # (n_examples,)
+        if len(own):
+            own_unit, _ = unit_with_norms(numpy.asarray(own, dtype="f"))
+            near = nearest_examples(
+                E,
+                own_unit,
+                numpy.zeros(len(own_unit), dtype="f"),
+                cos[:, None],
+                int(output.attrs.get("example_top", 2)),
+            )[:, 0]
+        else:
+            near = cos
+        return logits, cos + float(output.attrs["example_weight"]) * near
 
     def adapt_to_texts(
         self,
@@ -503,8 +571,14 @@ class DescribedLabels(Protocol):
     def labels(self) -> Tuple[str, ...]: ...
 
     def add_described_label(
-        self, label: str, descriptions: Sequence[str], examples: Sequence[Doc] = ()
+        self,
+        label: str,
+        descriptions: Sequence[str],
+        examples: Sequence[Doc] = (),
+        allowance: float = 0.0,
     ) -> None: ...
+
+    def route_by_nearest_examples(self, weight: float) -> int: ...
 
 
 def add_labels(
@@ -512,6 +586,8 @@ def add_labels(
     descriptions: Dict[str, List[str]],
     examples: Optional[Dict[str, List[str]]] = None,
     component: Optional[str] = None,
+    allowance: float = 0.0,
+    nearest_examples: float = 0.0,
 ) -> List[str]:
     """Add labels to a trained pipeline's `bert_textcat` (with a
     PrototypeCatModel) by their descriptions and optionally example texts.
@@ -521,6 +597,12 @@ def add_labels(
         given examples only needs no description.
     component (Optional[str]): The component's name; default: the pipeline's
         only bert_textcat.
+    allowance (float): The share of the docs a calibrated router remembers
+        that a new label may take from their labels (`guard_bias`).
+    nearest_examples (float): > 0: first switch the component to predicting
+        with the nearest-examples term of this weight
+        (`route_by_nearest_examples`), in its config too (`example_weight`,
+        what a saved pipeline loads with); 0: leave it as it is.
     RETURNS (List[str]): The labels added, in order.
     """
     examples = examples or {}
@@ -534,7 +616,11 @@ def add_labels(
     known = [label for label in new if label in pipe.labels]
     if known:
         raise ValueError(f"'{component}' already has the label(s) {known}")
+    if nearest_examples > 0:
+        pipe.route_by_nearest_examples(nearest_examples)
+        # a setting of the model's config: a loaded pipeline takes it from there
+        nlp.get_pipe_config(component)["model"]["example_weight"] = float(nearest_examples)
     for label in new:
         docs = [nlp.make_doc(text) for text in examples.get(label, [])]
-        pipe.add_described_label(label, descriptions.get(label, []), docs)
+        pipe.add_described_label(label, descriptions.get(label, []), docs, allowance)
     return new

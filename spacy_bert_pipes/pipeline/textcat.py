@@ -351,19 +351,46 @@ class BertTextCategorizer(ConfiguredPipe):
         return self.prototypes.descriptions()
 
     def add_described_label(
-        self, label: str, descriptions: Sequence[str], examples: Sequence[Doc] = ()
+        self,
+        label: str,
+        descriptions: Sequence[str],
+        examples: Sequence[Doc] = (),
+        allowance: float = 0.0,
     ) -> None:
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
         predictions next to the trained labels, and its examples join the
         calibrated out-of-scope fit (`ScopeRouter.add_examples`). On a calibrated
         router the new label's bias keeps every doc the fit remembers with the
-        label it had (`ScopeRouter.remembered`, `guard_bias`)."""
+        label it had, or all but a share `allowance` of them
+        (`ScopeRouter.remembered`, `guard_bias`)."""
         router = self.router
         vectors = self.prototypes.add_described_label(
-            label, descriptions, examples, reference=router.remembered()
+            label, descriptions, examples, reference=router.remembered(), allowance=allowance
         )
-        router.add_examples(vectors)
+        router.add_examples(vectors, label)
+
+    def route_by_nearest_examples(self, weight: float) -> int:
+        """From now on, predict with the nearest-examples term of `weight`
+        (`example_weight`, docs/discover.md): a label is its prototype and its
+        nearest remembered docs, so a label made of a few examples is those
+        examples, not only their mean. A head that remembers no examples yet
+        takes the training docs its calibrated "knn" fit keeps, with their labels.
+        The setting is the model's `example_weight`: set it in the pipeline's
+        config too (`add_labels` does), or a saved pipeline loads without it.
+
+        RETURNS (int): The number of remembered examples.
+        RAISES (ValueError): no examples and no fit that keeps its docs' labels.
+        """
+        if weight <= 0:
+            raise ValueError(f"the nearest-examples weight must be > 0, got {weight}")
+        prototypes = self.prototypes
+        if not self.exclusive:
+            raise ValueError(
+                f"'{self.name}': the nearest-examples term needs exclusive_classes = true"
+            )
+        router = self.router
+        return prototypes.remember_fit_docs(weight, router.remembered(), router.remembered_labels())
 
     def adapt_to_texts(
         self,

@@ -197,18 +197,27 @@ class ScopeRouter:
             return None
         return fit.vectors if fit.method == "knn" else fit.means
 
-    def add_examples(self, vectors: numpy.ndarray) -> None:
+    def add_examples(self, vectors: numpy.ndarray, label: str) -> None:
         """A new label's example docs join the out-of-scope fit, as training
         docs would have (`extend_fit`): without them, "knn" and "mahalanobis"
         would keep calling the new label's docs out of scope.
 
         vectors (numpy.ndarray): The examples' features (the model's output
             layer's input). (n_examples, width)
+        label (str): Their label (one of the labels).
         """
         fit = self.fit
         if fit is None or not len(vectors) or fit.method == "max_prob":
             return
-        set_fit(self.model, extend_fit(fit, vectors))
+        set_fit(self.model, extend_fit(fit, vectors, self.labels.index(label)))
+
+    def remembered_labels(self) -> Optional[numpy.ndarray]:
+        """The label indices of the docs a "knn" fit remembers (`remembered`),
+        None where the fit does not keep them. (n,)"""
+        fit = self.fit
+        if fit is None or fit.method != "knn":
+            return None
+        return fit.labels
 
     # --- calibrating -----------------------------------------------------------------
     def gold_index(self, example: Example) -> Optional[int]:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import spacy
-from helpers import LABELS, SMALL_ENCODER, loader_config, prototype_router
+from helpers import LABELS, SMALL_ENCODER, loader_config, prototype_router, textcat_examples
 from typer.testing import CliRunner, Result
 
 from spacy_bert_pipes.cli import app
@@ -125,3 +125,33 @@ def test_adapt_saves_prototypes_moved_towards_the_texts(trained: Path, tmp_path:
     assert failed.exit_code != 0 and "bad.jsonl:1" in failed.output
     wrong = runner.invoke(app, args[:3] + [str(tmp_path / "y"), "--min-confidence", "2"])
     assert wrong.exit_code != 0 and "--min-confidence" in wrong.output
+
+
+def test_add_label_with_nearest_examples(trained: Path, tmp_path: Path) -> None:
+    from spacy.tokens import DocBin
+
+    from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline
+
+    new = tmp_path / "new.jsonl"
+    rows = [{"text": t, "label": "pin"} for t in ("a new pin", "my pin is lost", "pin reset")]
+    new.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf8")
+    args = ["--examples", str(new), "--nearest-examples", "1.0", "--allowance", "0.01"]
+    # a router that is not calibrated remembers no docs to route by
+    result = runner.invoke(app, ["add-label", str(trained), str(tmp_path / "o"), *args])
+    assert result.exit_code == 1
+    assert "calibrate" in result.output
+    nlp = spacy.load(trained, config={"components": {"bert_textcat": {"oos_method": "knn"}}})
+    docs = [eg.reference for eg in textcat_examples(nlp)]
+    DocBin(docs=docs).to_disk(tmp_path / "train.spacy")
+    calibrate_pipeline(nlp, tmp_path / "train.spacy", tmp_path / "train.spacy")
+    nlp.to_disk(tmp_path / "calibrated")
+    out = tmp_path / "extended"
+    result = runner.invoke(app, ["add-label", str(tmp_path / "calibrated"), str(out), *args])
+    assert result.exit_code == 0, result.output
+    loaded = spacy.load(out)
+    assert loaded.config["components"]["bert_textcat"]["model"]["example_weight"] == 1.0
+    output = loaded.get_pipe("bert_textcat").model.get_ref("output")
+    assert output.attrs["example_weight"] == 1.0
+    assert len(output.get_param("E")) == len(docs) + len(rows)
+    cats = loaded("my pin is lost").cats
+    assert max(cats, key=cats.__getitem__) == "pin"

@@ -315,3 +315,49 @@ def test_a_new_label_takes_no_doc_the_fit_remembers(tiny_bert: Path, tmp_path: P
     assert plain.get_pipe("bert_textcat").model.get_ref("output").get_param("b")[-1] == 0.0
     taken = [max(doc.cats, key=doc.cats.get) for doc in plain.pipe(doc.text for doc in docs)]
     assert "lookalike" in taken
+
+
+def test_nearest_examples_route_by_the_docs_the_fit_remembers(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    nlp = trained(tiny_bert, "PrototypeCatModel", oos_method="knn")
+    examples = textcat_examples(nlp)
+    textcat = nlp.get_pipe("bert_textcat")
+    # not calibrated: no remembered docs to route by
+    with pytest.raises(ValueError, match="calibrate"):
+        textcat.route_by_nearest_examples(1.0)
+    train = write_corpus(tmp_path / "train.spacy", examples)
+    calibrate_pipeline(nlp, train, write_corpus(tmp_path / "dev.spacy", dev_examples(nlp)))
+    gold = [
+        textcat.labels.index(max(eg.reference.cats, key=eg.reference.cats.get)) for eg in examples
+    ]
+    assert textcat.router.remembered_labels().tolist() == gold
+    assert textcat.route_by_nearest_examples(1.0) == len(examples)
+    nlp.get_pipe_config("bert_textcat")["model"]["example_weight"] = 1.0  # as add_labels does
+    output = textcat.model.get_ref("output")
+    assert output.attrs["example_weight"] == 1.0
+    numpy.testing.assert_allclose(output.get_param("E"), textcat.router.remembered(), atol=1e-6)
+    docs = [eg.predicted for eg in examples]
+    before = [max(doc.cats, key=doc.cats.get) for doc in nlp.pipe(doc.text for doc in docs)]
+    # a label made of copies of one label's docs: the guard, computed as the
+    # term predicts (each remembered doc without itself), keeps their labels
+    label = before[0]
+    copies = [nlp.make_doc(doc.text) for doc, top in zip(docs, before) if top == label]
+    textcat.add_described_label("lookalike", [], copies)
+    assert output is not textcat.model.get_ref("output")  # grown by one label
+    grown = textcat.model.get_ref("output")
+    assert grown.attrs["example_weight"] == 1.0
+    assert len(grown.get_param("E")) == len(examples) + len(copies)
+    assert grown.get_param("E_label")[-1] == textcat.labels.index("lookalike")
+    assert textcat.router.remembered_labels()[-1] == textcat.labels.index("lookalike")
+    assert grown.get_param("b")[-1] < 0
+    after = [max(doc.cats, key=doc.cats.get) for doc in nlp.pipe(doc.text for doc in docs)]
+    assert after == before
+    # saved and loaded with the pipeline, the term and the examples included
+    nlp.to_disk(tmp_path / "extended")
+    loaded = spacy.load(tmp_path / "extended")
+    assert loaded.get_pipe("bert_textcat").model.get_ref("output").attrs["example_weight"] == 1.0
+    texts = [doc.text for doc in docs] + OUT_OF_SCOPE
+    for mine, theirs in zip(nlp.pipe(texts), loaded.pipe(texts)):
+        assert mine.cats == pytest.approx(theirs.cats, abs=1e-5)
+        assert mine._.route == theirs._.route

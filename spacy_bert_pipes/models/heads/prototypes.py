@@ -19,9 +19,8 @@ A prototype starts as the mean of its examples' vectors mixed with the vectors
 of its descriptions (`label_prototypes`), so the model predicts before any
 training, and fine-tuning moves the encoder, the prototypes and the biases.
 
-The pair loss of few-shot training (`contrastive_loss`) is here too: it pulls
-the vectors of a batch's docs of the same label together and pushes the others
-apart. Plain numpy (or cupy), no torch.
+The losses on a batch's sentence vectors that training adds are in
+`vector_losses.py`. Plain numpy (or cupy), no torch.
 """
 
 from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
@@ -242,7 +241,14 @@ def has_examples(output: Model) -> bool:
     return bool(output.has_param("E")) and output.get_param("E").shape[0] > 0
 
 
-def nearest_examples(Xn: Array, E: Array, E_label: Array, cos: Array, top: int) -> Array:
+def nearest_examples(
+    Xn: Array,
+    E: Array,
+    E_label: Array,
+    cos: Array,
+    top: int,
+    leave_out: Optional[Array] = None,
+) -> Array:
     """Per doc and label, the mean cosine of the doc with the label's `top` most
     similar examples; a label with fewer than `top` examples gets its
     prototype's cosine from `cos` instead (with one example per label, the
@@ -252,6 +258,8 @@ def nearest_examples(Xn: Array, E: Array, E_label: Array, cos: Array, top: int) 
     E (Floats2d): The examples' unit vectors. (n_examples, nI)
     E_label (Floats1d): Each example's label index. (n_examples,)
     cos (Floats2d): The cosines with the prototypes. (batch, n_labels)
+    leave_out (Optional[Ints1d]): Per doc, the row of E that is the doc itself
+        (-1: none), not counted among its nearest. (batch,)
     RETURNS (Floats2d): (batch, n_labels)
     """
     xp = get_array_module(cos)
@@ -264,15 +272,40 @@ def nearest_examples(Xn: Array, E: Array, E_label: Array, cos: Array, top: int) 
     index = numpy.full((n_labels, width), -1, dtype="i")  # each label's example rows
     index[ids[order], numpy.arange(len(ids)) - starts[ids[order]]] = order
     sims = Xn @ E.T  # (batch, n_examples)
+    if leave_out is not None:
+        own = numpy.asarray(leave_out.get() if hasattr(leave_out, "get") else leave_out)
+        rows = numpy.flatnonzero(own >= 0)
+        sims[xp.asarray(rows), xp.asarray(own[rows])] = -xp.inf
     grid = sims[:, xp.asarray(numpy.maximum(index, 0))]  # (batch, n_labels, width)
     grid = xp.where(xp.asarray(index >= 0)[None], grid, -xp.inf)
     k = min(top, width)
-    best = xp.sort(grid, axis=2)[:, :, width - k :]  # (batch, n_labels, k)
-    taken = xp.asarray(numpy.minimum(counts, k).astype("f"))  # (n_labels,)
-    sums = xp.where(xp.isfinite(best), best, 0.0).sum(axis=2)
-    means = sums / xp.maximum(taken, 1.0)
-    enough = xp.asarray(counts >= top)  # (n_labels,)
-    return xp.where(enough, means, cos).astype("f")
+    best = xp.partition(grid, width - k, axis=2)[:, :, width - k :]  # (batch, n_labels, k)
+    found = xp.isfinite(best)
+    sums = xp.where(found, best, 0.0).sum(axis=2)
+    taken = found.sum(axis=2)  # (batch, n_labels)
+    means = sums / xp.maximum(taken, 1)
+    return xp.where(taken >= top, means, cos).astype("f")
+
+
+def remembered_logits(output: Model, batch: int = 512) -> Array:
+    """The logits a cosine output layer gives its remembered examples (E) as it
+    predicts, the nearest-examples term included, each example not counted
+    among its own nearest (as a training doc at prediction time would not find
+    itself). (n_examples, nO)"""
+    xp = output.ops.xp
+    E, E_label = output.get_param("E"), output.get_param("E_label")
+    Wn, _ = unit_with_norms(output.get_param("W"))
+    s = xp.exp(output.get_param("log_scale"))
+    b = output.get_param("b")
+    weight, top = float(output.attrs["example_weight"]), int(output.attrs["example_top"])
+    rows = []
+    for start in range(0, len(E), batch):
+        En = E[start : start + batch]  # unit rows already
+        cos = En @ Wn.T
+        own = numpy.arange(start, start + len(En))
+        near = nearest_examples(En, E, E_label, cos, top, leave_out=own)
+        rows.append((cos + weight * near) * s + b)
+    return xp.concatenate(rows) if rows else xp.zeros((0, len(b)), dtype="f")
 
 
 def remember_examples(
@@ -333,7 +366,7 @@ def cosine_logits(output: Model, X: Array) -> Array:
     return (Xn @ Wn.T) * xp.exp(output.get_param("log_scale")) + output.get_param("b")
 
 
-def guard_bias(logits: Array, new_cosines: Array, scale: float) -> float:
+def guard_bias(logits: Array, new_cosines: Array, scale: float, allowance: float = 0.0) -> float:
     """The bias of a label added to a trained exclusive head that keeps each
     reference doc's top label: the largest b <= 0 with `scale * cos + b` below
     the doc's best logit, for every reference doc. A prototype made from a few
@@ -342,17 +375,29 @@ def guard_bias(logits: Array, new_cosines: Array, scale: float) -> float:
     docs wholesale.
 
     logits (Floats2d): The reference docs' logits over the labels there were
-        (`scale * cos + b`). (n_docs, n_labels)
-    new_cosines (Floats1d): Their cosines with the new prototype. (n_docs,)
+        (`scale * cos + b`, with the nearest-examples term when the head has
+        it). (n_docs, n_labels)
+    new_cosines (Floats1d): Their cosines with the new prototype (plus the
+        term's, likewise). (n_docs,)
     scale (float): The head's scale (1 / temperature).
+    allowance (float): The share of reference docs that may change their top
+        label to the new one (0: none; the bias sits below that quantile of the
+        margins): one odd training doc near the new label's examples would
+        otherwise hold its bias down for every doc.
     RETURNS (float): The bias, <= 0; 0 without reference docs.
     """
     if not len(new_cosines):
         return 0.0
+    if not 0.0 <= allowance < 1.0:
+        raise ValueError(f"the guard's allowance is a share in [0, 1): {allowance}")
     xp = get_array_module(logits)
     margins = logits.max(axis=1) - scale * new_cosines  # (n_docs,)
+    tightest = float(xp.min(margins))
+    if allowance > 0:
+        margins = margins.get() if hasattr(margins, "get") else margins
+        tightest = float(numpy.quantile(numpy.asarray(margins, dtype="float64"), allowance))
     # a hair below the tightest margin: a tie would go to the new label's logit
-    return min(0.0, float(xp.min(margins)) - GUARD_EPSILON)
+    return min(0.0, tightest - GUARD_EPSILON)
 
 
 def label_prototypes(
@@ -423,52 +468,3 @@ def calibrate_scale(cos: Array, truth: Array, scales: Sequence[float]) -> float:
         if loss < best_loss:
             best, best_loss = s, loss
     return float(best)
-
-
-def contrastive_loss(
-    vectors: Array, label_ids: Sequence[int], temperature: float
-) -> Tuple[float, Array]:
-    """Supervised contrastive loss over a batch's unit vectors (Khosla et al.,
-    2020): for each doc with another doc of its label in the batch, the mean over
-    those positives of -log softmax(cos / temperature) against every other doc
-    of the batch. Docs without a label (-1) or a positive only act as negatives.
-
-    RETURNS: the mean loss over the docs with a positive, and its gradient with
-        respect to the vectors. (n_docs, width)
-    """
-    xp = get_array_module(vectors)
-    n = len(label_ids)
-    ids = xp.asarray(list(label_ids))
-    others = ~xp.eye(n, dtype=bool)
-    positive = (ids[:, None] == ids[None, :]) & others & (ids[:, None] >= 0)
-    n_pos = positive.sum(axis=1)  # (n_docs,)
-    anchors = n_pos > 0
-    if n < 2 or not bool(anchors.any()):
-        return 0.0, xp.zeros_like(vectors)
-    z = vectors @ vectors.T / temperature  # (n_docs, n_docs)
-    z = xp.where(others, z, -1e9)
-    z = z - z.max(axis=1, keepdims=True)
-    p = xp.exp(z) * others
-    p /= p.sum(axis=1, keepdims=True)
-    log_p = xp.log(xp.maximum(p, 1e-30))
-    q = positive / xp.maximum(n_pos, 1)[:, None]  # target distribution per anchor
-    n_anchors = float(anchors.sum())
-    loss = float(-((q * log_p).sum(axis=1) * anchors).sum() / n_anchors)
-    d_z = (p - q) * anchors[:, None] / n_anchors  # (n_docs, n_docs)
-    d_vectors = (d_z + d_z.T) @ vectors / temperature
-    return loss, d_vectors.astype("f")
-
-
-def anchor_to_teacher(vectors: Array, teacher: Array, weight: float) -> Tuple[float, Array]:
-    """weight * mean over the docs of (1 - cos(s, t)) between each doc's unit
-    sentence vector s from the encoder in training and t from a frozen copy of
-    it as training started (both unit: cos = s . t): the fine-tuned geometry
-    kept near the pretrained one, where queries of intents never trained on
-    stay apart from the known ones.
-
-    RETURNS: the loss, and its gradient with respect to s. (n_docs, width)
-    """
-    xp = get_array_module(vectors)
-    n = max(len(vectors), 1)
-    loss = float(weight * (1.0 - (vectors * teacher).sum(axis=1)).sum() / n)
-    return loss, xp.asarray(-weight * teacher / n, dtype="f")

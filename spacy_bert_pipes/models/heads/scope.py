@@ -52,6 +52,8 @@ class ScopeFit:
     precision (numpy.ndarray): "mahalanobis": the inverse of the shared
         covariance. (width, width)
     vectors (numpy.ndarray): "knn": the training docs' unit vectors. (n, width)
+    labels (numpy.ndarray): "knn": their label indices, when known (fits made
+        before they were kept have none). (n,)
     k (int): "knn": which nearest neighbour's cosine counts.
     reference (numpy.ndarray): The raw scores of in-scope reference docs, sorted.
     """
@@ -62,6 +64,7 @@ class ScopeFit:
     precision: Optional[numpy.ndarray] = None
     vectors: Optional[numpy.ndarray] = None
     k: int = 1
+    labels: Optional[numpy.ndarray] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -71,6 +74,7 @@ class ScopeFit:
             "precision": self.precision,
             "vectors": self.vectors,
             "k": self.k,
+            "labels": self.labels,
         }
 
     @classmethod
@@ -86,13 +90,17 @@ class ScopeFit:
         reference = array("reference")
         if reference is None or reference.ndim != 1 or not len(reference):
             raise ValueError("saved out-of-scope fit has no reference scores")
+        vectors, labels = array("vectors"), array("labels")
+        if labels is not None and (vectors is None or labels.shape != (len(vectors),)):
+            raise ValueError("saved out-of-scope fit has labels that do not match its vectors")
         return cls(
             method=str(method),
             reference=reference,
             means=array("means"),
             precision=array("precision"),
-            vectors=array("vectors"),
+            vectors=vectors,
             k=int(data.get("k", 1)),
+            labels=labels,
         )
 
 
@@ -209,15 +217,18 @@ def fit_scope(
     elif method == "knn":
         assert train_vectors is not None
         fit.vectors = unit_rows(numpy.asarray(train_vectors, dtype="f"))
+        if train_labels is not None:
+            fit.labels = numpy.asarray(train_labels, dtype="f")
     fit.reference = numpy.sort(raw_scores(fit, method, ref_vectors, ref_probs)).astype("f")
     return fit
 
 
-def extend_fit(fit: ScopeFit, vectors: numpy.ndarray) -> ScopeFit:
+def extend_fit(fit: ScopeFit, vectors: numpy.ndarray, label: Optional[int] = None) -> ScopeFit:
     """The fit with a new label's example docs added, as if they had been
-    training docs: "knn" keeps their vectors beside the training docs', and
-    "mahalanobis" takes their mean as the new label's class mean (under the
-    covariance fit before); "max_prob" has nothing to add. The reference
+    training docs: "knn" keeps their vectors beside the training docs' (and
+    `label`, the new label's index, beside their labels when it keeps them),
+    and "mahalanobis" takes their mean as the new label's class mean (under
+    the covariance fit before); "max_prob" has nothing to add. The reference
     scores stay: they are the in-scope dev docs' of the calibration.
 
     vectors (numpy.ndarray): The example docs' features. (n, width)
@@ -228,7 +239,12 @@ def extend_fit(fit: ScopeFit, vectors: numpy.ndarray) -> ScopeFit:
         return fit
     if fit.method == "knn":
         assert fit.vectors is not None
-        return replace(fit, vectors=numpy.concatenate([fit.vectors, unit_rows(X)]))
+        labels = fit.labels
+        if labels is not None:
+            if label is None:
+                raise ValueError("the fit keeps its docs' labels: give the new label's index")
+            labels = numpy.concatenate([labels, numpy.full(len(X), float(label), dtype="f")])
+        return replace(fit, vectors=numpy.concatenate([fit.vectors, unit_rows(X)]), labels=labels)
     assert fit.means is not None
     return replace(fit, means=numpy.concatenate([fit.means, X.mean(axis=0, keepdims=True)]))
 

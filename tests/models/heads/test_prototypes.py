@@ -6,82 +6,22 @@ import random
 import numpy
 import pytest
 import spacy
+from helpers import numeric_grad, unit
 from spacy.training import Example
 from thinc.api import Model, NumpyOps
 
 from spacy_bert_pipes.models.heads.prototypes import (
-    anchor_to_teacher,
     calibrate_scale,
-    contrastive_loss,
     cosine_logits,
     cosine_output,
     guard_bias,
     label_prototypes,
     nearest_examples,
     remember_examples,
+    remembered_logits,
     self_trained_prototypes,
 )
 from spacy_bert_pipes.pipeline.pair_batches import configure_label_pairs_batcher
-
-
-def unit(rows: numpy.ndarray) -> numpy.ndarray:
-    return (rows / numpy.linalg.norm(rows, axis=1, keepdims=True)).astype("f")
-
-
-def numeric_grad(f, x: numpy.ndarray, eps: float = 1e-3) -> numpy.ndarray:  # type: ignore[no-untyped-def]
-    grad = numpy.zeros_like(x, dtype="f8")
-    for idx in numpy.ndindex(*x.shape):
-        old = x[idx]
-        x[idx] = old + eps
-        up = f(x)
-        x[idx] = old - eps
-        down = f(x)
-        x[idx] = old
-        grad[idx] = (up - down) / (2 * eps)
-    return grad
-
-
-def test_contrastive_loss_gradient_matches_finite_differences() -> None:
-    rng = numpy.random.default_rng(0)
-    vectors = unit(rng.normal(size=(6, 4))).astype("f8")
-    ids = [0, 0, 1, 1, 2, -1]
-    loss, grad = contrastive_loss(vectors, ids, 0.5)
-    expected = numeric_grad(lambda v: contrastive_loss(v, ids, 0.5)[0], vectors.copy())
-    assert loss > 0
-    assert grad == pytest.approx(expected, abs=1e-4)
-
-
-def test_contrastive_loss_pulls_pairs_together() -> None:
-    rng = numpy.random.default_rng(1)
-    vectors = unit(rng.normal(size=(4, 8)))
-    ids = [0, 0, 1, 1]
-    before, _ = contrastive_loss(vectors, ids, 0.1)
-    for _ in range(50):
-        _, grad = contrastive_loss(vectors, ids, 0.1)
-        vectors = unit(vectors - 0.05 * grad)
-    after, _ = contrastive_loss(vectors, ids, 0.1)
-    assert after < before
-    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])
-
-
-def test_contrastive_loss_without_pairs_is_zero() -> None:
-    vectors = unit(numpy.eye(3, dtype="f"))
-    loss, grad = contrastive_loss(vectors, [0, 1, -1], 0.1)
-    assert loss == 0.0 and not grad.any()
-
-
-def test_anchor_to_teacher_gradient_and_pull() -> None:
-    rng = numpy.random.default_rng(2)
-    vectors = unit(rng.normal(size=(5, 4))).astype("f8")
-    teacher = unit(rng.normal(size=(5, 4))).astype("f8")
-    loss, grad = anchor_to_teacher(vectors, teacher, 0.5)
-    expected = numeric_grad(lambda v: anchor_to_teacher(v, teacher, 0.5)[0], vectors.copy())
-    assert loss == pytest.approx(0.5 * float((1 - (vectors * teacher).sum(axis=1)).mean()))
-    assert grad == pytest.approx(expected, abs=1e-4)
-    for _ in range(100):  # gradient steps on the unit sphere end at the teacher
-        vectors = unit(vectors - 0.5 * anchor_to_teacher(vectors, teacher, 1.0)[1])
-    assert anchor_to_teacher(vectors, teacher, 1.0)[0] < 1e-3
-    assert anchor_to_teacher(teacher, teacher, 1.0)[0] == pytest.approx(0.0, abs=1e-7)
 
 
 def test_cosine_output_gradients() -> None:
@@ -136,6 +76,23 @@ def test_guard_bias_keeps_every_reference_doc_with_its_label() -> None:
     # a prototype far from every doc keeps the zero bias; no docs, no guard
     assert guard_bias(logits, cos - 5.0, scale) == 0.0
     assert guard_bias(logits[:0], cos[:0], scale) == 0.0
+
+
+def test_guard_bias_with_an_allowance_lets_that_share_of_docs_change_label() -> None:
+    rng = numpy.random.default_rng(5)
+    scale = 20.0
+    W = unit(rng.normal(size=(3, 8)))
+    docs = unit(W[rng.integers(0, 3, 400)] + 0.3 * rng.normal(size=(400, 8)))
+    logits = scale * docs @ W.T
+    new = unit(W[:1] + 0.2 * rng.normal(size=(1, 8)))[0]
+    cos = docs @ new
+    strict = guard_bias(logits, cos, scale)
+    loose = guard_bias(logits, cos, scale, allowance=0.05)
+    assert strict < loose <= 0.0
+    taken = (scale * cos + loose > logits.max(axis=1)).mean()
+    assert 0 < taken <= 0.05
+    with pytest.raises(ValueError, match="allowance"):
+        guard_bias(logits, cos, scale, allowance=1.0)
 
 
 def test_label_prototypes_mix_examples_and_descriptions() -> None:
@@ -217,6 +174,51 @@ def test_nearest_examples_means_each_labels_top_cosines() -> None:
     near = nearest_examples(X, E, E_label, cos, top=1)
     assert near[:, 1] == pytest.approx(sims[:, 3], abs=1e-6)
     assert near[:, 0] == pytest.approx(sims[:, [0, 1, 2, 5]].max(axis=1), abs=1e-6)
+
+
+def test_nearest_examples_leave_a_doc_out_of_its_own_nearest() -> None:
+    E = unit(numpy.asarray([[1, 0], [1, 0.2], [1, 0.5], [0, 1], [0.2, 1]], "f"))
+    E_label = numpy.asarray([0, 0, 0, 1, 1], "f")
+    cos = numpy.zeros((len(E), 2), "f") - 7.0  # marks "the prototype's cosine"
+    sims = E @ E.T
+    near = nearest_examples(E, E, E_label, cos, top=2, leave_out=numpy.arange(len(E)))
+    # example 0's own label: its two nearest others, not itself
+    assert near[0, 0] == pytest.approx((sims[0, 1] + sims[0, 2]) / 2, abs=1e-6)
+    # example 3 has one other example of its label, fewer than top: the prototype
+    assert near[3, 1] == -7.0
+    assert near[3, 0] == pytest.approx(numpy.sort(sims[3, :3])[-2:].mean(), abs=1e-6)
+    # -1: nothing left out
+    kept = nearest_examples(E, E, E_label, cos, top=2, leave_out=numpy.full(len(E), -1))
+    assert kept[0, 0] == pytest.approx((1.0 + sims[0, 1]) / 2, abs=1e-6)
+
+
+def test_remembered_logits_are_the_prediction_logits_without_the_doc_itself() -> None:
+    rng = numpy.random.default_rng(6)
+    layer = cosine_output(exclusive=True, scale=10.0, nO=2, example_weight=1.0, example_top=2)
+    layer.set_dim("nI", 4)
+    layer.initialize()
+    layer.set_param("W", unit(rng.normal(size=(2, 4))))
+    layer.set_param("b", numpy.asarray([0.0, -0.5], "f"))
+    X = unit(rng.normal(size=(9, 4)))
+    remember_examples(layer, list(range(9)), X, [0, 0, 0, 0, 1, 1, 1, 1, 1])
+    logits = remembered_logits(layer, batch=4)
+    for i in range(9):
+        # the layer without example i predicts for it what remembered_logits gives
+        alone = cosine_output(exclusive=True, scale=10.0, nO=2, example_weight=1.0, example_top=2)
+        alone.set_dim("nI", 4)
+        alone.initialize()
+        alone.set_param("W", layer.get_param("W"))
+        alone.set_param("b", layer.get_param("b"))
+        others = [j for j in range(9) if j != i]
+        remember_examples(
+            alone,
+            others,
+            X[others],
+            [0, 0, 0, 0, 1, 1, 1, 1, 1][:i] + [0, 0, 0, 0, 1, 1, 1, 1, 1][i + 1 :],
+        )
+        probs = alone.predict(X[i : i + 1])
+        expected = numpy.exp(logits[i] - logits[i].max())
+        numpy.testing.assert_allclose(probs[0], expected / expected.sum(), atol=1e-5)
 
 
 def test_remember_examples_replaces_by_key_and_skips_unlabelled() -> None:

@@ -141,8 +141,13 @@ def test_extend_fit_adds_a_labels_examples_as_training_docs() -> None:
         fit = fit_scope(
             method, train_vectors=X, train_labels=y, n_labels=3, ref_vectors=X, ref_probs=probs
         )
-        extended = extend_fit(fit, new)
+        extended = extend_fit(fit, new, 2)
         assert extended is not fit and (extended.reference == fit.reference).all()
+        if method == "knn":  # the training docs' labels, then the new label's
+            assert extended.labels is not None
+            assert extended.labels.tolist() == y.tolist() + [2.0, 2.0]
+            with pytest.raises(ValueError, match="new label's index"):
+                extend_fit(fit, new)
         # the examples score as in scope as the training docs do, not before
         assert raw_scores(extended, method, new, probs[:2]).max() < fit.reference.max()
         assert raw_scores(fit, method, new, probs[:2]).min() > fit.reference.max()
@@ -155,6 +160,22 @@ def test_extend_fit_adds_a_labels_examples_as_training_docs() -> None:
         ref_probs=probs,
     )
     assert extend_fit(fit, new) is fit
+
+
+def test_a_saved_knn_fit_keeps_its_labels_and_checks_them() -> None:
+    X, y, _ = clusters()
+    probs = numpy.full((len(X), 3), 1 / 3, dtype="f")
+    fit = fit_scope(
+        "knn", train_vectors=X, train_labels=y, n_labels=3, ref_vectors=X, ref_probs=probs
+    )
+    loaded = ScopeFit.from_dict(fit.to_dict())
+    assert loaded.labels is not None and loaded.labels.tolist() == y.tolist()
+    bad = {**fit.to_dict(), "labels": numpy.zeros(len(X) - 1, dtype="f")}
+    with pytest.raises(ValueError, match="labels that do not match"):
+        ScopeFit.from_dict(bad)
+    # a fit saved before the labels were kept loads without them
+    old = {key: value for key, value in fit.to_dict().items() if key != "labels"}
+    assert ScopeFit.from_dict(old).labels is None
 
 
 def test_a_reference_score_a_few_ulps_off_keeps_its_confidence() -> None:
