@@ -4,7 +4,8 @@ held-out intents' test queries and the known intents' would be routed if
 logits another way.
 
     python bench/discover_loop_variants.py PROJECT \
-        --output bench/results/discover_loop_variants_seed0.json
+        --output bench/results/discover_loop_variants_seed0.json \
+        [--variants guard,examples 1.0 quantile 0.0005] [--spacings 0.95,0.85]
 
 PROJECT is a project folder after `spacy project run discover` (its corpus,
 training/discover/model-routed, annotations/discover_clusters and
@@ -27,7 +28,17 @@ the out-of-scope fit remembers), and routes the features. Variants:
   most similar known prototypes taken out (what sets it apart from them);
 - `ceiling C`: the bias may rise to C (default 0);
 - `new only`: with `examples W`, the term for the new labels alone;
+- `top T`: with `examples W`, the mean of a label's T nearest docs (default 2);
 - and their combinations, such as `examples 1.0 quantile 0.0005`.
+
+`--spacings 0.95,0.85` also runs every variant with each cluster's
+representatives picked again from all its docs in the pool, as `discover` picks
+them (`representatives`, none with a cosine of the spacing or more with one
+before), as many as the review shows. Beside the test figures, each run scores
+the traffic the workflow discovered from (`traffic`): the held-out intents'
+training queries that are not representatives, routed as the test queries are,
+and the accuracy on the known intents' val queries; choose rules on these, not
+on test.
 
 The shipped rule reproduces the workflow's figures within a few queries (bf16
 features differ a little with the batch).
@@ -45,7 +56,8 @@ import typer
 from spacy.tokens import DocBin
 
 from spacy_bert_pipes.convert.clinc150_discover import TEST_HELD_OUT
-from spacy_bert_pipes.discover.review import review_examples
+from spacy_bert_pipes.discover.describe import centroid, representatives
+from spacy_bert_pipes.discover.review import read_review, review_examples
 from spacy_bert_pipes.models.heads.prototypes import GUARD_EPSILON, unit_with_norms
 from spacy_bert_pipes.models.heads.scope import confidence, extend_fit, knn_scores
 
@@ -88,25 +100,29 @@ def in_scope(docs: List[Any], labels: List[str]) -> Tuple[List[str], List[int]]:
     return texts, gold
 
 
-def top_mean(C: numpy.ndarray) -> numpy.ndarray:
-    """Each row's mean of its EXAMPLE_TOP largest values. (n,)"""
-    k = min(EXAMPLE_TOP, C.shape[1])
+def top_mean(C: numpy.ndarray, top: int = EXAMPLE_TOP) -> numpy.ndarray:
+    """Each row's mean of its `top` largest values. (n,)"""
+    k = min(top, C.shape[1])
     return numpy.partition(C, C.shape[1] - k, axis=1)[:, C.shape[1] - k :].mean(axis=1)
 
 
-def label_terms(C: numpy.ndarray, row_labels: numpy.ndarray, n_labels: int) -> numpy.ndarray:
+def label_terms(
+    C: numpy.ndarray, row_labels: numpy.ndarray, n_labels: int, top: int = EXAMPLE_TOP
+) -> numpy.ndarray:
     """The head's nearest-examples term: for each row of C (cosines with the
-    remembered docs), per label, the mean of its EXAMPLE_TOP largest cosines
-    with that label's docs. (n, n_labels)"""
-    return numpy.stack([top_mean(C[:, row_labels == j]) for j in range(n_labels)], axis=1).astype(
-        "f"
-    )
+    remembered docs), per label, the mean of its `top` largest cosines with that
+    label's docs. (n, n_labels)"""
+    columns = [top_mean(C[:, row_labels == j], top) for j in range(n_labels)]
+    return numpy.stack(columns, axis=1).astype("f")
 
 
 def main(
     project: Path = typer.Argument(..., exists=True, file_okay=False),
     output: Path = typer.Option(..., dir_okay=False),
     variants: str = typer.Option(",".join(VARIANTS), help="Comma-separated variants"),
+    spacings: str = typer.Option(
+        "", help="Comma-separated spacings of representatives picked again (empty: the review's)"
+    ),
 ) -> None:
     corpus = project / "corpus" / "clinc150_discover"
     nlp = spacy.load(project / "training" / "discover" / "model-routed")
@@ -141,14 +157,46 @@ def main(
     stands_for: Dict[str, str] = json.loads(
         (project / "metrics" / "discover.json").read_text(encoding="utf8")
     )["label_intents"]
-    examples = review_examples(
-        project / "annotations" / "discover_clusters" / "review.jsonl", accept_all=True
-    )
+    clusters = project / "annotations" / "discover_clusters"
+    examples = review_examples(clusters / "review.jsonl", accept_all=True)
     new_labels = list(examples)
     labels = known + new_labels
-    U_examples = {label: unit(features(texts)) for label, texts in examples.items()}
-    # the new prototypes, as label_prototypes makes them: the unit mean of unit rows
-    W_new = numpy.concatenate([W0, unit(numpy.stack([U_examples[n].mean(0) for n in new_labels]))])
+    # the traffic: each row's text (the annotations keep it) and true intent
+    text_of = {
+        row["id"]: row["text"]
+        for row in srsly.read_jsonl(project / "annotations" / "discover_traffic.jsonl")
+    }
+    traffic = list(srsly.read_jsonl(corpus / "traffic_gold.jsonl"))
+    traffic_texts = [text_of[row["id"]] for row in traffic]
+    X_traffic = features(traffic_texts)
+    traffic_intents = [row["intent"] for row in traffic]
+    # the representative sets: the review's, and those picked again per spacing
+    sets: Dict[str, Dict[str, numpy.ndarray]] = {
+        "review": {label: unit(features(texts)) for label, texts in examples.items()}
+    }
+    shown: Dict[str, set] = {"review": {t for texts in examples.values() for t in texts}}
+    if spacings:
+        cluster_of = {
+            row["id"]: row["cluster"]
+            for row in srsly.read_jsonl(clusters / "assignments.jsonl")
+            if row["cluster"] >= 0
+        }
+        members: Dict[int, List[str]] = {}
+        for row_id, cluster in cluster_of.items():
+            members.setdefault(cluster, []).append(text_of[row_id])
+        U_members = {c: unit(features(texts)) for c, texts in members.items()}
+        rows = read_review(clusters / "review.jsonl")
+        for spacing in spacings.split(","):
+            picked: Dict[str, List[numpy.ndarray]] = {}
+            chosen: set = set()
+            for row in rows:
+                U = U_members[row.cluster]
+                picks = representatives(U, centroid(U), len(row.texts), float(spacing))
+                picked.setdefault(row.name, []).append(U[picks])
+                chosen.update(members[row.cluster][i] for i in picks)
+            key = f"spacing {spacing}"
+            sets[key] = {label: numpy.concatenate(picked[label]) for label in new_labels}
+            shown[key] = chosen
 
     def contrasted(W: numpy.ndarray, strength: float, nearest: float) -> numpy.ndarray:
         """The new prototypes with `strength` times their components along their
@@ -160,9 +208,9 @@ def main(
             W[j] = W[j] / numpy.linalg.norm(W[j])
         return W
 
-    known_terms: List[numpy.ndarray] = []  # the training docs' term, computed once
+    known_terms: Dict[int, numpy.ndarray] = {}  # the training docs' term per top, once
 
-    def run(variant: str) -> Dict[str, Any]:
+    def run(variant: str, U_examples: Dict[str, numpy.ndarray], chosen: set) -> Dict[str, Any]:
         words = variant.split()
         options = dict(zip(words[::2], words[1::2])) if words != ["guard"] else {}
         if words == ["centre"]:
@@ -170,8 +218,12 @@ def main(
         shift = float(options.get("shift", 0.0))
         quantile = options.get("quantile")
         weight = float(options.get("examples", 0.0))
+        top = int(options.get("top", EXAMPLE_TOP))
         contrast = options.get("contrast")
         ceiling = float(options.get("ceiling", 0.0))
+        # the new prototypes, as label_prototypes makes them: the unit mean of unit rows
+        means = numpy.stack([U_examples[n].mean(0) for n in new_labels])
+        W_new = numpy.concatenate([W0, unit(means)])
         W = contrasted(W_new, *map(float, contrast.split(":"))) if contrast else W_new
         new_only = options.get("new") == "only"
 
@@ -187,11 +239,11 @@ def main(
         row_labels = numpy.asarray(train_gold)
         terms = numpy.zeros((len(memory), len(known)), dtype="f")
         if weight > 0:
-            if not known_terms:
+            if top not in known_terms:
                 C = U_train @ U_train.T
                 numpy.fill_diagonal(C, -2.0)  # a remembered doc does not find itself
-                known_terms.append(label_terms(C, row_labels, len(known)))
-            terms = mask(known_terms[0])
+                known_terms[top] = label_terms(C, row_labels, len(known), top)
+            terms = mask(known_terms[top])
         for i, label in enumerate(new_labels):
             j = len(known) + i
             added = U_examples[label]
@@ -201,7 +253,7 @@ def main(
             best = cos * scale + numpy.asarray(b, dtype="f")
             new = memory @ W[j]
             if weight > 0:
-                column = top_mean(memory @ added.T)
+                column = top_mean(memory @ added.T, top)
                 new = new + weight * column
             margins = best.max(axis=1) - scale * new
             if quantile is not None:
@@ -215,49 +267,78 @@ def main(
             if weight > 0:  # the examples' own terms, and every doc's for the new label
                 C = added @ numpy.concatenate([memory, added]).T
                 C[numpy.arange(len(added)), len(memory) + numpy.arange(len(added))] = -2.0
-                own = mask(label_terms(C, numpy.append(row_labels, [j] * len(added)), j + 1))
+                own_labels = numpy.append(row_labels, [j] * len(added))
+                own = mask(label_terms(C, own_labels, j + 1, top))
                 terms = numpy.concatenate([numpy.column_stack([terms, column]), own])
             memory = numpy.concatenate([memory, added])
             row_labels = numpy.append(row_labels, [j] * len(added))
         # the memory's labels play no part in its scores
         knn = extend_fit(replace(fit, labels=None), memory[len(U_train) :])
         bias_row = numpy.asarray(b, dtype="f")
+        remembered = knn.vectors
+        assert remembered is not None
 
         def route(X: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:
             U = unit(X)
             cos = U @ W.T
             if weight > 0:
-                cos = cos + weight * mask(label_terms(U @ memory.T, row_labels, len(labels)))
-            top = (cos * scale + bias_row).argmax(axis=1)
-            return top, confidence(knn, "knn", knn_scores(X, knn.vectors, knn.k))
+                cos = cos + weight * mask(label_terms(U @ memory.T, row_labels, len(labels), top))
+            best = (cos * scale + bias_row).argmax(axis=1)
+            return best, confidence(knn, "knn", knn_scores(X, remembered, knn.k))
 
-        top, _ = route(X_test)
-        accuracy = float(numpy.mean(top == numpy.asarray(test_gold)))
-        top, conf = route(X_held)
-        shares = {"right_new_label": 0, "other_new_label": 0, "known_label": 0, "not_routed": 0}
-        for j, c, intent in zip(top.tolist(), conf.tolist(), held_intents):
-            label = labels[j]
-            if c < threshold:
-                shares["not_routed"] += 1
-            elif label not in stands_for:
-                shares["known_label"] += 1
-            else:
-                right = stands_for[label] == intent
-                shares["right_new_label" if right else "other_new_label"] += 1
+        def loop(X: numpy.ndarray, intents: List[str]) -> Dict[str, float]:
+            """Where the new intents' queries go, shares in %."""
+            top_labels, conf = route(X)
+            shares = dict.fromkeys(("right_new_label", "other_new_label", "known_label"), 0)
+            shares["not_routed"] = 0
+            for j, c, intent in zip(top_labels.tolist(), conf.tolist(), intents):
+                label = labels[j]
+                if c < threshold:
+                    shares["not_routed"] += 1
+                elif label not in stands_for:
+                    shares["known_label"] += 1
+                else:
+                    right = stands_for[label] == intent
+                    shares["right_new_label" if right else "other_new_label"] += 1
+            return {k: round(100 * v / max(len(intents), 1), 2) for k, v in shares.items()}
+
+        top_labels, _ = route(X_test)
+        accuracy = float(numpy.mean(top_labels == numpy.asarray(test_gold)))
+        # the traffic: the held-out intents' queries not shown as representatives,
+        # and the known intents' val queries
+        new_rows = [
+            i
+            for i, (text, intent) in enumerate(zip(traffic_texts, traffic_intents))
+            if intent in held_set and text not in chosen
+        ]
+        known_rows = [i for i, intent in enumerate(traffic_intents) if intent in known]
+        known_top, _ = route(X_traffic[known_rows])
+        known_gold = [known.index(traffic_intents[i]) for i in known_rows]
         result = {
             "known_test_accuracy": round(100 * accuracy, 2),
-            **{k: round(100 * v / len(held), 2) for k, v in shares.items()},
+            **loop(X_held, held_intents),
             "median_new_bias": round(float(numpy.median(b[len(known) :])), 3),
+            "traffic": {
+                "known_val_accuracy": round(100 * float(numpy.mean(known_top == known_gold)), 2),
+                "held_out_queries": len(new_rows),
+                **loop(X_traffic[new_rows], [traffic_intents[i] for i in new_rows]),
+            },
         }
         print(variant, result, flush=True)
         return result
 
+    held_set = set(held_intents)
+    runs = {
+        key: {variant: run(variant, U_examples, shown[key]) for variant in variants.split(",")}
+        for key, U_examples in sets.items()
+    }
     report = {
         "project": str(project),
         "held_out_test_queries": len(held),
         "known_test_queries": len(test_gold),
         "new_labels": len(new_labels),
-        "variants": {variant: run(variant) for variant in variants.split(",")},
+        "variants": runs.pop("review"),
+        **({"representatives_picked_again": runs} if runs else {}),
     }
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")

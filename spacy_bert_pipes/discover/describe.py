@@ -18,8 +18,11 @@ WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
 # is "near <label>", below it "new intent". Not measured yet: a first guess for
 # mean-pooled sentence vectors, where paraphrases of one intent sit above 0.7.
 NEAR_COSINE = 0.7
-# Representatives: none closer than this cosine to one chosen before.
-DUPLICATE_COSINE = 0.95
+# Representatives: none closer than this cosine to one chosen before, so that
+# they show the ways a cluster is worded rather than paraphrases of its centre,
+# and a label made of them covers more of its docs (chosen on the discover
+# workflow's traffic, docs/discover.md).
+DUPLICATE_COSINE = 0.85
 
 
 def doc_words(text: str) -> Set[str]:
@@ -85,10 +88,12 @@ def centroid(unit: numpy.ndarray) -> numpy.ndarray:
     return (mean / max(float(numpy.linalg.norm(mean)), 1e-12)).astype("float32")
 
 
-def representatives(unit: numpy.ndarray, center: numpy.ndarray, n: int = 8) -> List[int]:
-    """Up to n members closest to the centroid, none a near-duplicate (cosine
-    >= DUPLICATE_COSINE) of one chosen before; if that leaves fewer than n,
-    the skipped ones fill in, closest first.
+def representatives(
+    unit: numpy.ndarray, center: numpy.ndarray, n: int = 8, spacing: float = DUPLICATE_COSINE
+) -> List[int]:
+    """Up to n members closest to the centroid, none with a cosine of `spacing`
+    or more with one chosen before; if that leaves fewer than n, the skipped
+    ones fill in, closest first.
 
     unit (numpy.ndarray): The members' unit vectors. (n_members, width)
     RETURNS (List[int]): Positions in `unit`, the closest first.
@@ -100,7 +105,7 @@ def representatives(unit: numpy.ndarray, center: numpy.ndarray, n: int = 8) -> L
     for member in order.tolist():
         if len(chosen) == n:
             break
-        if chosen and float((unit[chosen] @ unit[member]).max()) >= DUPLICATE_COSINE:
+        if chosen and float((unit[chosen] @ unit[member]).max()) >= spacing:
             skipped.append(member)
         else:
             chosen.append(member)
