@@ -58,15 +58,20 @@ def test_cosine_logits_are_the_softmax_inputs() -> None:
     )
 
 
-def test_guard_bias_keeps_every_reference_doc_with_its_label() -> None:
-    rng = numpy.random.default_rng(4)
-    scale = 20.0
+def near_label_zero(seed: int, n_docs: int, scale: float):  # type: ignore[no-untyped-def]
+    """The logits of n_docs docs around 3 prototypes, and their cosines with a
+    new prototype next to label 0's."""
+    rng = numpy.random.default_rng(seed)
     W = unit(rng.normal(size=(3, 8)))
-    docs = unit(W[rng.integers(0, 3, 60)] + 0.3 * rng.normal(size=(60, 8)))
-    logits = scale * docs @ W.T
-    # a new prototype next to label 0: with no bias it takes some of its docs
+    docs = unit(W[rng.integers(0, 3, n_docs)] + 0.3 * rng.normal(size=(n_docs, 8)))
     new = unit(W[:1] + 0.2 * rng.normal(size=(1, 8)))[0]
-    cos = docs @ new
+    return scale * docs @ W.T, docs @ new
+
+
+def test_guard_bias_keeps_every_reference_doc_with_its_label() -> None:
+    scale = 20.0
+    # a new prototype next to label 0: with no bias it takes some of its docs
+    logits, cos = near_label_zero(4, 60, scale)
     assert (scale * cos > logits.max(axis=1)).any()
     bias = guard_bias(logits, cos, scale)
     assert bias < 0
@@ -79,13 +84,8 @@ def test_guard_bias_keeps_every_reference_doc_with_its_label() -> None:
 
 
 def test_guard_bias_with_an_allowance_lets_that_share_of_docs_change_label() -> None:
-    rng = numpy.random.default_rng(5)
     scale = 20.0
-    W = unit(rng.normal(size=(3, 8)))
-    docs = unit(W[rng.integers(0, 3, 400)] + 0.3 * rng.normal(size=(400, 8)))
-    logits = scale * docs @ W.T
-    new = unit(W[:1] + 0.2 * rng.normal(size=(1, 8)))[0]
-    cos = docs @ new
+    logits, cos = near_label_zero(5, 400, scale)
     strict = guard_bias(logits, cos, scale)
     loose = guard_bias(logits, cos, scale, allowance=0.05)
     assert strict < loose <= 0.0
