@@ -37,6 +37,7 @@ from thinc.api import Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
 from ..models.heads.prototypes import (
+    RememberedBest,
     calibrate_scale,
     cosine_logits,
     cosine_output,
@@ -45,7 +46,6 @@ from ..models.heads.prototypes import (
     label_prototypes,
     nearest_examples,
     remember_examples,
-    remembered_logits,
     self_trained_prototypes,
     store_prototypes,
     unit_with_norms,
@@ -318,6 +318,7 @@ class LabelPrototypes:
         examples: Sequence[Doc] = (),
         reference: Optional[numpy.ndarray] = None,
         allowance: float = 0.0,
+        remembered: Optional[RememberedBest] = None,
     ) -> numpy.ndarray:
         """Add a label to an initialized (trained) component: its prototype is made
         from its descriptions and its example docs (without training), with the
@@ -325,8 +326,10 @@ class LabelPrototypes:
         zero bias, lowered until none of the reference docs changes its top label
         (`guard_bias`; a share `allowance` of them may). The reference docs: with
         the nearest-examples term (example_weight), the remembered examples, each
-        scored as prediction scores it; else the `reference` features (docs the
-        component was fit on, (n, width)), by their cosines.
+        scored as prediction scores it (`remembered` holds their best logits
+        from one call to the next: give the same one when adding several
+        labels); else the `reference` features (docs the component was fit
+        on, (n, width)), by their cosines.
 
         RETURNS (numpy.ndarray): The examples' sentence vectors. (n_examples, width)
         """
@@ -359,11 +362,14 @@ class LabelPrototypes:
         b = ops.to_numpy(output.get_param("b"))
         scale = float(numpy.exp(ops.to_numpy(output.get_param("log_scale"))[0]))
         bias = 0.0 if self.exclusive else -scale * float(self.cfg["similarity_threshold"])
-        weight = float(output.attrs.get("example_weight", 0.0))
-        if self.exclusive and weight > 0 and has_examples(output):
+        by_examples = self.exclusive and has_examples(output)
+        by_examples = by_examples and float(output.attrs.get("example_weight", 0.0)) > 0
+        new = numpy.zeros(0, dtype="f")
+        if by_examples:
             own = vectors if described is None else numpy.concatenate([vectors, described])
-            logits, new = self._remembered_scores(output, row[0], own)
-            bias = guard_bias(logits, new, scale, allowance)
+            remembered = remembered if remembered is not None else RememberedBest()
+            new = self._new_label_scores(output, row[0], own)
+            bias = guard_bias(remembered.current(output)[:, None], new, scale, allowance)
         elif self.exclusive and reference is not None and len(reference):
             R = numpy.asarray(reference, dtype="f")
             logits = ops.to_numpy(cosine_logits(output, ops.asarray2f(cast(Floats2d, R))))
@@ -397,19 +403,17 @@ class LabelPrototypes:
             self.remember(list(examples), ops.asarray2f(cast(Floats2d, vectors)), positive)
         if phrases:
             self.remember_descriptions([label], {label: phrases}, [described])
+        if remembered is not None and by_examples:
+            remembered.added(grown, scale * new + bias)
         return vectors
 
-    def _remembered_scores(
+    def _new_label_scores(
         self, output: Model, prototype: numpy.ndarray, own: numpy.ndarray
-    ) -> Tuple[numpy.ndarray, numpy.ndarray]:
-        """The remembered examples' logits over the labels there are, as
-        prediction gives them (`remembered_logits`), and their scores for a new
-        label of this prototype and these examples' (and descriptions') vectors:
-        the cosine plus example_weight times the nearest-examples term.
-        (n_examples, n_labels), (n_examples,)"""
-        ops = output.ops
-        logits = ops.to_numpy(remembered_logits(output))
-        E = ops.to_numpy(output.get_param("E"))
+    ) -> numpy.ndarray:
+        """The remembered examples' scores for a new label of this prototype
+        and these examples' (and descriptions') vectors, before the scale: the
+        cosine plus example_weight times the nearest-examples term. (n_examples,)"""
+        E = output.ops.to_numpy(output.get_param("E"))
         unit_prototype = prototype / max(float(numpy.linalg.norm(prototype)), 1e-12)
         cos = E @ unit_prototype  # (n_examples,)
         if len(own):
@@ -423,7 +427,7 @@ class LabelPrototypes:
             )[:, 0]
         else:
             near = cos
-        return logits, cos + float(output.attrs["example_weight"]) * near
+        return cos + float(output.attrs["example_weight"]) * near
 
     def adapt_to_texts(
         self,
@@ -576,6 +580,7 @@ class DescribedLabels(Protocol):
         descriptions: Sequence[str],
         examples: Sequence[Doc] = (),
         allowance: float = 0.0,
+        remembered: Optional[RememberedBest] = None,
     ) -> None: ...
 
     def route_by_nearest_examples(self, weight: float) -> int: ...
@@ -620,7 +625,8 @@ def add_labels(
         pipe.route_by_nearest_examples(nearest_examples)
         # a setting of the model's config: a loaded pipeline takes it from there
         nlp.get_pipe_config(component)["model"]["example_weight"] = float(nearest_examples)
+    remembered = RememberedBest()  # the guard's logits, carried from label to label
     for label in new:
         docs = [nlp.make_doc(text) for text in examples.get(label, [])]
-        pipe.add_described_label(label, descriptions.get(label, []), docs, allowance)
+        pipe.add_described_label(label, descriptions.get(label, []), docs, allowance, remembered)
     return new

@@ -33,6 +33,7 @@ from thinc.types import Floats2d
 
 from ..corpus_attrs import SOURCE_ATTR
 from ..models.encoder.loaders import HFCheckpointLoader
+from ..models.heads.prototypes import RememberedBest
 from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, ScopeMethod
 from ..scorers import ROUTING_SCORE_KEYS
 from .common import (
@@ -356,6 +357,7 @@ class BertTextCategorizer(ConfiguredPipe):
         descriptions: Sequence[str],
         examples: Sequence[Doc] = (),
         allowance: float = 0.0,
+        remembered: Optional[RememberedBest] = None,
     ) -> None:
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
@@ -363,10 +365,17 @@ class BertTextCategorizer(ConfiguredPipe):
         calibrated out-of-scope fit (`ScopeRouter.add_examples`). On a calibrated
         router the new label's bias keeps every doc the fit remembers with the
         label it had, or all but a share `allowance` of them
-        (`ScopeRouter.remembered`, `guard_bias`)."""
+        (`ScopeRouter.remembered`, `guard_bias`); with the nearest-examples
+        term, `remembered` carries the remembered docs' best logits from one
+        label to the next (`LabelPrototypes.add_described_label`)."""
         router = self.router
         vectors = self.prototypes.add_described_label(
-            label, descriptions, examples, reference=router.remembered(), allowance=allowance
+            label,
+            descriptions,
+            examples,
+            reference=router.remembered(),
+            allowance=allowance,
+            remembered=remembered,
         )
         router.add_examples(vectors, label)
 

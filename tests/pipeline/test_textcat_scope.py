@@ -361,3 +361,35 @@ def test_nearest_examples_route_by_the_docs_the_fit_remembers(
     for mine, theirs in zip(nlp.pipe(texts), loaded.pipe(texts)):
         assert mine.cats == pytest.approx(theirs.cats, abs=1e-5)
         assert mine._.route == theirs._.route
+
+
+def test_labels_added_in_a_row_guard_as_if_each_came_alone(tiny_bert: Path, tmp_path: Path) -> None:
+    from spacy_bert_pipes.pipeline.label_prototypes import add_labels
+
+    nlp = trained(tiny_bert, "PrototypeCatModel", oos_method="knn")
+    examples = textcat_examples(nlp)
+    train = write_corpus(tmp_path / "train.spacy", examples)
+    calibrate_pipeline(nlp, train, write_corpus(tmp_path / "dev.spacy", dev_examples(nlp)))
+    nlp.get_pipe("bert_textcat").route_by_nearest_examples(1.0)
+    nlp.get_pipe_config("bert_textcat")["model"]["example_weight"] = 1.0
+    nlp.to_disk(tmp_path / "router")
+    texts = [eg.reference.text for eg in examples]
+    new = {
+        "lookalike": texts[:3],  # worded as training docs: a bias below 0
+        "elsewhere": OUT_OF_SCOPE[:2],
+        # worded as lookalike's: its guard meets the docs lookalike took
+        "twin": [f"{text} please" for text in texts[:3]],
+        "mixed": [texts[3], OUT_OF_SCOPE[2]],
+    }
+    # all at once, the guard's logits carried from label to label
+    together = spacy.load(tmp_path / "router")
+    add_labels(together, {}, new, allowance=0.1)
+    # one by one, each guard computed from scratch
+    apart = spacy.load(tmp_path / "router")
+    pipe = apart.get_pipe("bert_textcat")
+    for label, label_texts in new.items():
+        pipe.add_described_label(label, [], [apart.make_doc(t) for t in label_texts], 0.1)
+    b_together = together.get_pipe("bert_textcat").model.get_ref("output").get_param("b")
+    b_apart = pipe.model.get_ref("output").get_param("b")
+    assert b_apart[-4] < 0
+    numpy.testing.assert_allclose(b_together, b_apart, atol=1e-4)

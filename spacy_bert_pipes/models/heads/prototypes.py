@@ -23,6 +23,7 @@ The losses on a batch's sentence vectors that training adds are in
 `vector_losses.py`. Plain numpy (or cupy), no torch.
 """
 
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 import numpy
@@ -287,11 +288,11 @@ def nearest_examples(
     return xp.where(taken >= top, means, cos).astype("f")
 
 
-def remembered_logits(output: Model, batch: int = 512) -> Array:
-    """The logits a cosine output layer gives its remembered examples (E) as it
-    predicts, the nearest-examples term included, each example not counted
-    among its own nearest (as a training doc at prediction time would not find
-    itself). (n_examples, nO)"""
+def remembered_logits(output: Model, start: int = 0, batch: int = 512) -> Array:
+    """The logits a cosine output layer gives its remembered examples (E) from
+    row `start` on as it predicts, the nearest-examples term included, each
+    example not counted among its own nearest (as a training doc at prediction
+    time would not find itself). (n_examples - start, nO)"""
     xp = output.ops.xp
     E, E_label = output.get_param("E"), output.get_param("E_label")
     Wn, _ = unit_with_norms(output.get_param("W"))
@@ -299,13 +300,55 @@ def remembered_logits(output: Model, batch: int = 512) -> Array:
     b = output.get_param("b")
     weight, top = float(output.attrs["example_weight"]), int(output.attrs["example_top"])
     rows = []
-    for start in range(0, len(E), batch):
-        En = E[start : start + batch]  # unit rows already
+    for first in range(start, len(E), batch):
+        En = E[first : first + batch]  # unit rows already
         cos = En @ Wn.T
-        own = numpy.arange(start, start + len(En))
+        own = numpy.arange(first, first + len(En))
         near = nearest_examples(En, E, E_label, cos, top, leave_out=own)
         rows.append((cos + weight * near) * s + b)
     return xp.concatenate(rows) if rows else xp.zeros((0, len(b)), dtype="f")
+
+
+@dataclass
+class RememberedBest:
+    """Each remembered example's best logit (`remembered_logits`, max over the
+    labels), kept up to date while labels are added one after another: a new
+    label's examples only enter its own term, so the rows there were keep
+    their logits over the labels there were, and gain the new label's column.
+    `add_described_label` guards with it, one pass over the examples for many
+    labels instead of one per label.
+
+    best (numpy.ndarray): Per row of E. (n_examples,)
+    labels (numpy.ndarray): E_label when `best` was computed: a row replaced
+        since (its key remembered again) makes it stale. (n_examples,)
+    """
+
+    best: numpy.ndarray = field(default_factory=lambda: numpy.zeros(0, dtype="f"))
+    labels: numpy.ndarray = field(default_factory=lambda: numpy.zeros(0, dtype="f"))
+
+    def current(self, output: Model) -> numpy.ndarray:
+        """The best logits of the output layer's remembered examples, computed
+        again unless they are the ones held. (n_examples,)"""
+        labels = output.ops.to_numpy(output.get_param("E_label"))
+        if len(labels) != len(self.labels) or not numpy.array_equal(labels, self.labels):
+            self.best = output.ops.to_numpy(remembered_logits(output)).max(axis=1)
+            self.labels = labels.copy()
+        return self.best
+
+    def added(self, output: Model, new_logits: numpy.ndarray) -> None:
+        """After a label was added to `output` (the grown layer): the rows there
+        were take `new_logits`, their logit for it (n_rows,), and the rows
+        remembered since are computed."""
+        labels = output.ops.to_numpy(output.get_param("E_label"))
+        n = len(self.best)
+        if len(new_logits) != n or not numpy.array_equal(labels[:n], self.labels):
+            self.labels = numpy.zeros(0, dtype="f")  # stale: computed again when used
+            return
+        fresh = output.ops.to_numpy(remembered_logits(output, start=n))
+        self.best = numpy.concatenate(
+            [numpy.maximum(self.best, new_logits), fresh.max(axis=1)]
+        ).astype("f")
+        self.labels = labels.copy()
 
 
 def remember_examples(

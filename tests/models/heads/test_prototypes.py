@@ -11,6 +11,7 @@ from spacy.training import Example
 from thinc.api import Model, NumpyOps
 
 from spacy_bert_pipes.models.heads.prototypes import (
+    RememberedBest,
     calibrate_scale,
     cosine_logits,
     cosine_output,
@@ -219,6 +220,46 @@ def test_remembered_logits_are_the_prediction_logits_without_the_doc_itself() ->
         probs = alone.predict(X[i : i + 1])
         expected = numpy.exp(logits[i] - logits[i].max())
         numpy.testing.assert_allclose(probs[0], expected / expected.sum(), atol=1e-5)
+
+
+def test_remembered_best_follows_a_label_added_as_a_full_pass_would() -> None:
+    rng = numpy.random.default_rng(7)
+
+    def layer_with(W: numpy.ndarray, b: numpy.ndarray) -> Model:
+        layer = cosine_output(
+            exclusive=True, scale=10.0, nO=len(W), example_weight=1.0, example_top=2
+        )
+        layer.set_dim("nI", 4)
+        layer.initialize()
+        layer.set_param("W", W)
+        layer.set_param("b", b)
+        return layer
+
+    X = unit(rng.normal(size=(8, 4)))
+    W = unit(rng.normal(size=(2, 4)))
+    layer = layer_with(W, numpy.zeros(2, "f"))
+    remember_examples(layer, list(range(8)), X, [0, 0, 0, 0, 1, 1, 1, 1])
+    remembered = RememberedBest()
+    best = remembered.current(layer)
+    numpy.testing.assert_allclose(best, remembered_logits(layer).max(axis=1), atol=1e-5)
+    # a third label near some of the docs, with a bias that lets it win there
+    new = unit(X[:2] + 0.1 * rng.normal(size=(2, 4)))
+    grown = layer_with(
+        numpy.concatenate([W, unit(new.mean(0, keepdims=True))]), numpy.asarray([0, 0, 6.0], "f")
+    )
+    grown.set_param("E", layer.get_param("E").copy())
+    grown.set_param("E_label", layer.get_param("E_label").copy())
+    grown.attrs["example_keys"] = list(layer.attrs["example_keys"])
+    remember_examples(grown, [8, 9], new, [2, 2])
+    full = remembered_logits(grown)
+    assert (full[:8].argmax(axis=1) == 2).any()
+    remembered.added(grown, full[:8, 2])
+    numpy.testing.assert_allclose(remembered.best, full.max(axis=1), atol=1e-5)
+    # a row remembered again under another label: computed again, not carried
+    remember_examples(grown, [0], X[:1], [1])
+    numpy.testing.assert_allclose(
+        remembered.current(grown), remembered_logits(grown).max(axis=1), atol=1e-5
+    )
 
 
 def test_remember_examples_replaces_by_key_and_skips_unlabelled() -> None:
