@@ -65,6 +65,13 @@ def add_label_cli(
         min=0.0,
         max=0.5,
     ),
+    scope_correction: bool = typer.Option(
+        False,
+        "--scope-correction",
+        help="A knn router: divide the distances to each new label's examples by how much "
+        "farther a trained label's docs lie from that many of them than from all, so a "
+        "label of a few examples keeps about as many of its docs in scope",
+    ),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Add labels to a trained bert_textcat whose model is a PrototypeCatModel."""
@@ -95,7 +102,15 @@ def add_label_cli(
         if not described and not by_label:
             fail("Give --descriptions, --examples and/or --review")
         nlp = spacy.load(pipeline)
-        added = add_labels(nlp, described, dict(by_label), component, allowance, nearest_examples)
+        added = add_labels(
+            nlp,
+            described,
+            dict(by_label),
+            component,
+            allowance=allowance,
+            nearest_examples=nearest_examples,
+            scope_correction=scope_correction,
+        )
     except ValueError as error:
         fail(str(error))
     nlp.to_disk(output)

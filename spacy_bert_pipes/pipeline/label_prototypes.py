@@ -36,12 +36,11 @@ from spacy.vocab import Vocab
 from thinc.api import Model, Optimizer
 from thinc.types import Floats1d, Floats2d
 
+from ..models.heads.guard import RememberedBest, guard_bias
 from ..models.heads.prototypes import (
-    RememberedBest,
     calibrate_scale,
     cosine_logits,
     cosine_output,
-    guard_bias,
     has_examples,
     label_prototypes,
     nearest_examples,
@@ -581,6 +580,7 @@ class DescribedLabels(Protocol):
         examples: Sequence[Doc] = (),
         allowance: float = 0.0,
         remembered: Optional[RememberedBest] = None,
+        scope_correction: bool = False,
     ) -> None: ...
 
     def route_by_nearest_examples(self, weight: float) -> int: ...
@@ -593,6 +593,7 @@ def add_labels(
     component: Optional[str] = None,
     allowance: float = 0.0,
     nearest_examples: float = 0.0,
+    scope_correction: bool = False,
 ) -> List[str]:
     """Add labels to a trained pipeline's `bert_textcat` (with a
     PrototypeCatModel) by their descriptions and optionally example texts.
@@ -608,6 +609,8 @@ def add_labels(
         with the nearest-examples term of this weight
         (`route_by_nearest_examples`), in its config too (`example_weight`,
         what a saved pipeline loads with); 0: leave it as it is.
+    scope_correction (bool): Divide the distances to each new label's examples
+        in the router's "knn" fit by their reach (`ScopeRouter.example_reach`).
     RETURNS (List[str]): The labels added, in order.
     """
     examples = examples or {}
@@ -628,5 +631,7 @@ def add_labels(
     remembered = RememberedBest()  # the guard's logits, carried from label to label
     for label in new:
         docs = [nlp.make_doc(text) for text in examples.get(label, [])]
-        pipe.add_described_label(label, descriptions.get(label, []), docs, allowance, remembered)
+        pipe.add_described_label(
+            label, descriptions.get(label, []), docs, allowance, remembered, scope_correction
+        )
     return new

@@ -33,7 +33,7 @@ from thinc.types import Floats2d
 
 from ..corpus_attrs import SOURCE_ATTR
 from ..models.encoder.loaders import HFCheckpointLoader
-from ..models.heads.prototypes import RememberedBest
+from ..models.heads.guard import RememberedBest
 from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, ScopeMethod
 from ..scorers import ROUTING_SCORE_KEYS
 from .common import (
@@ -358,6 +358,7 @@ class BertTextCategorizer(ConfiguredPipe):
         examples: Sequence[Doc] = (),
         allowance: float = 0.0,
         remembered: Optional[RememberedBest] = None,
+        scope_correction: bool = False,
     ) -> None:
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
@@ -367,8 +368,12 @@ class BertTextCategorizer(ConfiguredPipe):
         label it had, or all but a share `allowance` of them
         (`ScopeRouter.remembered`, `guard_bias`); with the nearest-examples
         term, `remembered` carries the remembered docs' best logits from one
-        label to the next (`LabelPrototypes.add_described_label`)."""
+        label to the next (`LabelPrototypes.add_described_label`). With
+        `scope_correction`, the distances to the examples in a "knn" fit are
+        divided by their reach (`ScopeRouter.example_reach`), so that the new
+        label keeps about as many of its docs in scope as a trained label."""
         router = self.router
+        reach = router.example_reach(len(examples)) if scope_correction else 1.0
         vectors = self.prototypes.add_described_label(
             label,
             descriptions,
@@ -377,7 +382,7 @@ class BertTextCategorizer(ConfiguredPipe):
             allowance=allowance,
             remembered=remembered,
         )
-        router.add_examples(vectors, label)
+        router.add_examples(vectors, label, reach)
 
     def route_by_nearest_examples(self, weight: float) -> int:
         """From now on, predict with the nearest-examples term of `weight`

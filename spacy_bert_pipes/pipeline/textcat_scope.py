@@ -47,6 +47,7 @@ from ..models.heads.scope import (
     get_fit,
     get_temperature,
     raw_scores,
+    sample_reach,
     scale_probs,
     set_fit,
 )
@@ -197,7 +198,7 @@ class ScopeRouter:
             return None
         return fit.vectors if fit.method == "knn" else fit.means
 
-    def add_examples(self, vectors: numpy.ndarray, label: str) -> None:
+    def add_examples(self, vectors: numpy.ndarray, label: str, reach: float = 1.0) -> None:
         """A new label's example docs join the out-of-scope fit, as training
         docs would have (`extend_fit`): without them, "knn" and "mahalanobis"
         would keep calling the new label's docs out of scope.
@@ -205,11 +206,29 @@ class ScopeRouter:
         vectors (numpy.ndarray): The examples' features (the model's output
             layer's input). (n_examples, width)
         label (str): Their label (one of the labels).
+        reach (float): "knn": what the distances to them are divided by
+            (`example_reach`).
         """
         fit = self.fit
         if fit is None or not len(vectors) or fit.method == "max_prob":
             return
-        set_fit(self.model, extend_fit(fit, vectors, self.labels.index(label)))
+        set_fit(self.model, extend_fit(fit, vectors, self.labels.index(label), reach))
+
+    def example_reach(self, n_examples: int) -> float:
+        """The reach of a new label's `n_examples` examples in a "knn" fit
+        (`sample_reach`), at the share of in-scope docs the threshold keeps
+        (1 - oos_threshold, within [0.5, 0.99]).
+
+        RAISES (ValueError): no "knn" fit that keeps its docs' labels.
+        """
+        fit = self.fit
+        if fit is None or fit.method != "knn":
+            raise ValueError(
+                f"'{self.name}': the reach of a new label's examples needs a router "
+                'calibrated with oos_method "knn" (bert-pipes calibrate)'
+            )
+        coverage = min(max(1.0 - float(self.cfg["oos_threshold"]), 0.5), 0.99)
+        return sample_reach(fit, max(n_examples, 1), coverage)
 
     def remembered_labels(self) -> Optional[numpy.ndarray]:
         """The label indices of the docs a "knn" fit remembers (`remembered`),

@@ -127,15 +127,18 @@ def test_adapt_saves_prototypes_moved_towards_the_texts(trained: Path, tmp_path:
     assert wrong.exit_code != 0 and "--min-confidence" in wrong.output
 
 
-def test_add_label_with_nearest_examples(trained: Path, tmp_path: Path) -> None:
+def test_add_label_with_nearest_examples(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from spacy.tokens import DocBin
 
-    from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline
+    from spacy_bert_pipes.pipeline.textcat_scope import ScopeRouter, calibrate_pipeline
 
     new = tmp_path / "new.jsonl"
     rows = [{"text": t, "label": "pin"} for t in ("a new pin", "my pin is lost", "pin reset")]
     new.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf8")
     args = ["--examples", str(new), "--nearest-examples", "1.0", "--allowance", "0.01"]
+    args += ["--scope-correction"]
     # a router that is not calibrated remembers no docs to route by
     result = runner.invoke(app, ["add-label", str(trained), str(tmp_path / "o"), *args])
     assert result.exit_code == 1
@@ -146,6 +149,9 @@ def test_add_label_with_nearest_examples(trained: Path, tmp_path: Path) -> None:
     calibrate_pipeline(nlp, tmp_path / "train.spacy", tmp_path / "train.spacy")
     nlp.to_disk(tmp_path / "calibrated")
     out = tmp_path / "extended"
+    # the reach's math is tested with the router (tests/pipeline): here, that
+    # --scope-correction asks for it
+    monkeypatch.setattr(ScopeRouter, "example_reach", lambda self, n: 2.0)
     result = runner.invoke(app, ["add-label", str(tmp_path / "calibrated"), str(out), *args])
     assert result.exit_code == 0, result.output
     loaded = spacy.load(out)
@@ -153,5 +159,8 @@ def test_add_label_with_nearest_examples(trained: Path, tmp_path: Path) -> None:
     output = loaded.get_pipe("bert_textcat").model.get_ref("output")
     assert output.attrs["example_weight"] == 1.0
     assert len(output.get_param("E")) == len(docs) + len(rows)
+    fit = loaded.get_pipe("bert_textcat").router.fit
+    assert fit is not None and fit.reach is not None  # --scope-correction
+    assert (fit.reach[-len(rows) :] == 2.0).all() and (fit.reach[: len(docs)] == 1.0).all()
     cats = loaded("my pin is lost").cats
     assert max(cats, key=cats.__getitem__) == "pin"

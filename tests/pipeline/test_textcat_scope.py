@@ -7,12 +7,12 @@ from typing import Any, List
 import numpy
 import pytest
 import spacy
-from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
+from helpers import LABELS, SMALL_ENCODER, TRAIN_TEXTS, loader_config, textcat_examples
 from spacy.language import Language
 from spacy.tokens import DocBin
 from spacy.training import Example
 
-from spacy_bert_pipes.models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR
+from spacy_bert_pipes.models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, knn_scores
 from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline
 from spacy_bert_pipes.pipeline.textcat_threshold import sweep_thresholds
 
@@ -393,3 +393,44 @@ def test_labels_added_in_a_row_guard_as_if_each_came_alone(tiny_bert: Path, tmp_
     b_apart = pipe.model.get_ref("output").get_param("b")
     assert b_apart[-4] < 0
     numpy.testing.assert_allclose(b_together, b_apart, atol=1e-4)
+
+
+def test_scope_correction_gives_a_new_labels_examples_their_reach(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    nlp = trained(tiny_bert, "PrototypeCatModel", oos_method="knn")
+    # the fit remembers 4 docs a label: enough to measure the reach of 2 examples
+    docs = textcat_examples(nlp, TRAIN_TEXTS + DEV_TEXTS)
+    train = write_corpus(tmp_path / "train.spacy", docs)
+    calibrate_pipeline(nlp, train, write_corpus(tmp_path / "dev.spacy", dev_examples(nlp)))
+    nlp.to_disk(tmp_path / "router")
+    near = ["the weather in paris", "play some rock music"]  # near the examples below
+    plain = spacy.load(tmp_path / "router").get_pipe("bert_textcat")
+    plain.add_described_label("elsewhere", [], [nlp.make_doc(t) for t in OUT_OF_SCOPE[:2]])
+    corrected = spacy.load(tmp_path / "router").get_pipe("bert_textcat")
+    reach = corrected.router.example_reach(2)
+    corrected.add_described_label(
+        "elsewhere", [], [nlp.make_doc(t) for t in OUT_OF_SCOPE[:2]], scope_correction=True
+    )
+    fit = corrected.router.fit
+    assert fit is not None and fit.reach is not None and reach > 1.0
+    assert fit.reach[-2:].tolist() == [pytest.approx(reach)] * 2
+    assert (fit.reach[:-2] == 1.0).all()
+    queries = [nlp.make_doc(t) for t in near]
+
+    def distances(pipe: Any) -> numpy.ndarray:
+        fit = pipe.router.fit
+        return knn_scores(pipe.router.forward(queries)[0], fit.vectors, fit.k, fit.reach)
+
+    # nearest the new examples, the queries are nearer by the reach: more in scope
+    before, after = distances(plain), distances(corrected)
+    assert (after <= before).all() and (after < before).any()
+    assert (corrected.router.confidences(queries) >= plain.router.confidences(queries)).all()
+    # a router without a knn fit has no reach to measure
+    other = trained(tiny_bert, "PrototypeCatModel", oos_method="mahalanobis")
+    calibrate_pipeline(other, train, tmp_path / "dev.spacy")
+    with pytest.raises(ValueError, match="knn"):
+        other.get_pipe("bert_textcat").add_described_label(
+            "elsewhere", [], [other.make_doc(OUT_OF_SCOPE[0])], scope_correction=True
+        )
+    assert "elsewhere" not in other.get_pipe("bert_textcat").labels  # nothing half-added

@@ -10,7 +10,9 @@ Out-of-scope scores (higher: less like the training data), by `method`:
   the nearest class mean, under one covariance shared by all classes (Lee et
   al. 2018), fit on the in-scope training docs' vectors alone;
 - "knn": one minus the cosine of the doc's vector with its k-th nearest
-  training vector (Sun et al. 2022), also fit on in-scope docs alone.
+  training vector (Sun et al. 2022), also fit on in-scope docs alone; a
+  remembered vector may carry a reach that divides its distances (a new label's
+  few examples, `sample_reach`).
 A raw score means little to a user, so `confidence` turns it into the share of
 in-scope reference docs (held-out dev docs) whose score is at least as high: an
 in-scope doc's confidence is about uniform on [0, 1], and abstaining below a
@@ -26,7 +28,7 @@ The fitted state lives in the classifier model's attrs (`SCOPE_ATTR`,
 """
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Literal, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 import numpy
 from thinc.api import Model
@@ -54,6 +56,8 @@ class ScopeFit:
     vectors (numpy.ndarray): "knn": the training docs' unit vectors. (n, width)
     labels (numpy.ndarray): "knn": their label indices, when known (fits made
         before they were kept have none). (n,)
+    reach (numpy.ndarray): "knn": what each vector's distances are divided by
+        (None: 1 for all; `extend_fit`). (n,)
     k (int): "knn": which nearest neighbour's cosine counts.
     reference (numpy.ndarray): The raw scores of in-scope reference docs, sorted.
     """
@@ -65,6 +69,7 @@ class ScopeFit:
     vectors: Optional[numpy.ndarray] = None
     k: int = 1
     labels: Optional[numpy.ndarray] = None
+    reach: Optional[numpy.ndarray] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -75,6 +80,7 @@ class ScopeFit:
             "vectors": self.vectors,
             "k": self.k,
             "labels": self.labels,
+            "reach": self.reach,
         }
 
     @classmethod
@@ -90,9 +96,13 @@ class ScopeFit:
         reference = array("reference")
         if reference is None or reference.ndim != 1 or not len(reference):
             raise ValueError("saved out-of-scope fit has no reference scores")
-        vectors, labels = array("vectors"), array("labels")
+        vectors, labels, reach = array("vectors"), array("labels"), array("reach")
         if labels is not None and (vectors is None or labels.shape != (len(vectors),)):
             raise ValueError("saved out-of-scope fit has labels that do not match its vectors")
+        if reach is not None and (
+            vectors is None or reach.shape != (len(vectors),) or not (reach > 0).all()
+        ):
+            raise ValueError("saved out-of-scope fit has a reach that does not match its vectors")
         return cls(
             method=str(method),
             reference=reference,
@@ -101,6 +111,7 @@ class ScopeFit:
             vectors=vectors,
             k=int(data.get("k", 1)),
             labels=labels,
+            reach=reach,
         )
 
 
@@ -151,13 +162,58 @@ def mahalanobis_scores(
     return numpy.maximum(d.min(axis=1), 0.0)
 
 
-def knn_scores(X: numpy.ndarray, vectors: numpy.ndarray, k: int) -> numpy.ndarray:
+def knn_scores(
+    X: numpy.ndarray, vectors: numpy.ndarray, k: int, reach: Optional[numpy.ndarray] = None
+) -> numpy.ndarray:
     """One minus the cosine of each row of X with its k-th most similar row of
-    `vectors` (unit rows). (n,)"""
+    `vectors` (unit rows); with `reach` ((n_vectors,)), each distance to a row
+    divided by that row's reach first. (n,)"""
     sims = unit_rows(numpy.asarray(X, dtype="f")) @ vectors.T  # (n, n_train)
     k = min(k, sims.shape[1])
-    kth = numpy.partition(sims, sims.shape[1] - k, axis=1)[:, sims.shape[1] - k]
-    return 1.0 - kth
+    if reach is None:
+        kth = numpy.partition(sims, sims.shape[1] - k, axis=1)[:, sims.shape[1] - k]
+        return 1.0 - kth
+    distances = (1.0 - sims) / reach[None, :]
+    return numpy.partition(distances, k - 1, axis=1)[:, k - 1]
+
+
+def sample_reach(fit: ScopeFit, n_examples: int, coverage: float, seed: int = 0) -> float:
+    """How much farther a label's docs lie from a sample of `n_examples` of
+    them than from all its other docs, measured on the known labels of a "knn"
+    fit that keeps its docs' labels: the ratio of the `coverage` quantiles of
+    the two nearest-doc distances over each label's docs outside a seeded
+    random sample. Dividing the distances to a new label's `n_examples`
+    examples by it lets that label's docs pass the threshold about as often as
+    a known label's docs do. At least 1; 1 when no label has more than
+    n_examples + 1 docs.
+    """
+    if fit.method != "knn" or fit.vectors is None or fit.labels is None:
+        raise ValueError(
+            "the reach of a few examples is measured on a knn fit that keeps its docs' "
+            "labels: calibrate the router again (bert-pipes calibrate)"
+        )
+    if n_examples < 1 or not 0.0 < coverage <= 1.0:
+        raise ValueError(f"need n_examples >= 1 and coverage in (0, 1]: {n_examples}, {coverage}")
+    rng = numpy.random.default_rng(seed)
+    to_sample: List[numpy.ndarray] = []
+    to_rest: List[numpy.ndarray] = []
+    labels = fit.labels.astype("int64")
+    for label in numpy.unique(labels):
+        docs = fit.vectors[labels == label]
+        if len(docs) <= n_examples + 1:
+            continue
+        chosen = numpy.zeros(len(docs), dtype=bool)
+        chosen[rng.choice(len(docs), n_examples, replace=False)] = True
+        rest = docs[~chosen]
+        sims = rest @ docs.T  # (n_rest, n_docs)
+        sims[numpy.arange(len(rest)), numpy.flatnonzero(~chosen)] = -2.0  # not itself
+        to_rest.append(1.0 - sims.max(axis=1))
+        to_sample.append(1.0 - sims[:, chosen].max(axis=1))
+    if not to_rest:
+        return 1.0
+    near = float(numpy.quantile(numpy.concatenate(to_rest), coverage))
+    sampled = float(numpy.quantile(numpy.concatenate(to_sample), coverage))
+    return max(1.0, sampled / max(near, 1e-6))
 
 
 def raw_scores(
@@ -171,7 +227,7 @@ def raw_scores(
         assert fit.means is not None and fit.precision is not None
         return mahalanobis_scores(X, fit.means, fit.precision)
     assert fit.vectors is not None
-    return knn_scores(X, fit.vectors, fit.k)
+    return knn_scores(X, fit.vectors, fit.k, fit.reach)
 
 
 def confidence(fit: Optional[ScopeFit], method: str, raw: numpy.ndarray) -> numpy.ndarray:
@@ -223,12 +279,15 @@ def fit_scope(
     return fit
 
 
-def extend_fit(fit: ScopeFit, vectors: numpy.ndarray, label: Optional[int] = None) -> ScopeFit:
+def extend_fit(
+    fit: ScopeFit, vectors: numpy.ndarray, label: Optional[int] = None, reach: float = 1.0
+) -> ScopeFit:
     """The fit with a new label's example docs added, as if they had been
     training docs: "knn" keeps their vectors beside the training docs' (and
-    `label`, the new label's index, beside their labels when it keeps them),
-    and "mahalanobis" takes their mean as the new label's class mean (under
-    the covariance fit before); "max_prob" has nothing to add. The reference
+    `label`, the new label's index, beside their labels when it keeps them;
+    `reach`, what their distances are divided by, `sample_reach`), and
+    "mahalanobis" takes their mean as the new label's class mean (under the
+    covariance fit before); "max_prob" has nothing to add. The reference
     scores stay: they are the in-scope dev docs' of the calibration.
 
     vectors (numpy.ndarray): The example docs' features. (n, width)
@@ -244,7 +303,16 @@ def extend_fit(fit: ScopeFit, vectors: numpy.ndarray, label: Optional[int] = Non
             if label is None:
                 raise ValueError("the fit keeps its docs' labels: give the new label's index")
             labels = numpy.concatenate([labels, numpy.full(len(X), float(label), dtype="f")])
-        return replace(fit, vectors=numpy.concatenate([fit.vectors, unit_rows(X)]), labels=labels)
+        spans = fit.reach
+        if spans is not None or reach != 1.0:
+            before = spans if spans is not None else numpy.ones(len(fit.vectors), dtype="f")
+            spans = numpy.concatenate([before, numpy.full(len(X), reach, dtype="f")])
+        return replace(
+            fit,
+            vectors=numpy.concatenate([fit.vectors, unit_rows(X)]),
+            labels=labels,
+            reach=spans,
+        )
     assert fit.means is not None
     return replace(fit, means=numpy.concatenate([fit.means, X.mean(axis=0, keepdims=True)]))
 

@@ -1,5 +1,7 @@
 """Out-of-scope scores and temperature scaling: the math against brute force."""
 
+from dataclasses import replace
+
 import numpy
 import pytest
 from thinc.api import Model
@@ -15,6 +17,7 @@ from spacy_bert_pipes.models.heads.scope import (
     knn_scores,
     mahalanobis_scores,
     raw_scores,
+    sample_reach,
     scale_probs,
     set_fit,
 )
@@ -59,6 +62,42 @@ def test_knn_takes_the_kth_most_similar() -> None:
     assert knn_scores(query, vectors, 1)[0] == pytest.approx(1 - unit[0, 0], abs=1e-6)
     assert knn_scores(query, vectors, 2)[0] == pytest.approx(1 - unit[0, 1], abs=1e-6)
     assert knn_scores(query, vectors, 10)[0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_knn_divides_each_distance_by_its_vectors_reach() -> None:
+    vectors = numpy.eye(3, dtype="f")
+    query = numpy.asarray([[1.0, 0.5, 0.0]], dtype="f")
+    unit = query / numpy.linalg.norm(query)
+    ones = numpy.ones(3, dtype="f")
+    assert knn_scores(query, vectors, 1, ones)[0] == pytest.approx(
+        knn_scores(query, vectors, 1)[0], abs=1e-7
+    )
+    # the second vector's distance divided by 8: it is now the nearest
+    reach = numpy.asarray([1.0, 8.0, 1.0], dtype="f")
+    assert knn_scores(query, vectors, 1, reach)[0] == pytest.approx((1 - unit[0, 1]) / 8, abs=1e-6)
+    assert knn_scores(query, vectors, 2, reach)[0] == pytest.approx(1 - unit[0, 0], abs=1e-6)
+
+
+def test_sample_reach_measures_how_far_a_few_examples_leave_a_labels_docs() -> None:
+    X, y, _ = clusters(n=300, width=8)
+    probs = numpy.full((len(X), 3), 1 / 3, dtype="f")
+    fit = fit_scope(
+        "knn", train_vectors=X, train_labels=y, n_labels=3, ref_vectors=X, ref_probs=probs
+    )
+    few, more = sample_reach(fit, 2, 0.9), sample_reach(fit, 30, 0.9)
+    assert few > more > 1.0  # fewer examples leave the docs farther
+    assert sample_reach(fit, 2, 0.9) == few  # seeded
+    assert sample_reach(fit, 100, 0.9) == 1.0  # no label has more docs than that
+    with pytest.raises(ValueError, match="calibrate"):
+        sample_reach(replace(fit, labels=None), 2, 0.9)
+    # the reach of added examples is kept, saved and checked
+    extended = extend_fit(fit, X[:2] + 0.1, 1, reach=few)
+    assert extended.reach is not None
+    assert extended.reach.tolist() == [1.0] * len(X) + [pytest.approx(few)] * 2
+    loaded = ScopeFit.from_dict(extended.to_dict())
+    assert loaded.reach is not None and len(loaded.reach) == len(X) + 2
+    with pytest.raises(ValueError, match="reach"):
+        ScopeFit.from_dict({**extended.to_dict(), "reach": numpy.zeros(len(X) + 2, "f")})
 
 
 @pytest.mark.parametrize("method", ["max_prob", "mahalanobis", "knn"])
