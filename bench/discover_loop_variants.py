@@ -29,6 +29,8 @@ the out-of-scope fit remembers), and routes the features. Variants:
 - `ceiling C`: the bias may rise to C (default 0);
 - `new only`: with `examples W`, the term for the new labels alone;
 - `top T`: with `examples W`, the mean of a label's T nearest docs (default 2);
+- `reach 1`: each new label's examples with their reach in the "knn" memory
+  (`add-label --scope-correction`, `ScopeRouter.example_reach`);
 - and their combinations, such as `examples 1.0 quantile 0.0005`.
 
 `--spacings 0.95,0.85` also runs every variant with each cluster's
@@ -38,7 +40,9 @@ before), as many as the review shows. Beside the test figures, each run scores
 the traffic the workflow discovered from (`traffic`): the held-out intents'
 training queries that are not representatives, routed as the test queries are,
 and the accuracy on the known intents' val queries; choose rules on these, not
-on test.
+on test. Every run also routes CLINC150's `oos_test` (from the project's
+assets) and reports the share routed (`oos_test_routed`, the base router's
+beside it): what a rule costs in out-of-scope recall.
 
 The shipped rule reproduces the workflow's figures within a few queries (bf16
 features differ a little with the batch).
@@ -58,7 +62,8 @@ from spacy.tokens import DocBin
 from spacy_bert_pipes.convert.clinc150_discover import TEST_HELD_OUT
 from spacy_bert_pipes.discover.describe import centroid, representatives
 from spacy_bert_pipes.discover.review import read_review, review_examples
-from spacy_bert_pipes.models.heads.prototypes import GUARD_EPSILON, unit_with_norms
+from spacy_bert_pipes.models.heads.guard import GUARD_EPSILON
+from spacy_bert_pipes.models.heads.prototypes import unit_with_norms
 from spacy_bert_pipes.models.heads.scope import confidence, extend_fit, knn_scores
 
 BATCH = 256
@@ -153,6 +158,9 @@ def main(
     X_test = features(test_texts)
     held = list(srsly.read_jsonl(corpus / TEST_HELD_OUT))
     X_held = features([row["text"] for row in held])
+    data = json.loads((project / "assets" / "clinc150" / "data_full.json").read_text("utf8"))
+    X_oos = features([text for text, _ in data["oos_test"]])
+    base_oos = confidence(fit, "knn", knn_scores(X_oos, fit.vectors, fit.k, fit.reach))
     held_intents = [row["intent"] for row in held]
     stands_for: Dict[str, str] = json.loads(
         (project / "metrics" / "discover.json").read_text(encoding="utf8")
@@ -274,6 +282,14 @@ def main(
             row_labels = numpy.append(row_labels, [j] * len(added))
         # the memory's labels play no part in its scores
         knn = extend_fit(replace(fit, labels=None), memory[len(U_train) :])
+        if "reach" in options:  # each label's examples with their reach
+            spans = [
+                numpy.full(len(U_examples[n]), textcat.router.example_reach(len(U_examples[n])))
+                for n in new_labels
+            ]
+            knn = replace(
+                knn, reach=numpy.concatenate([numpy.ones(len(U_train))] + spans).astype("f")
+            )
         bias_row = numpy.asarray(b, dtype="f")
         remembered = knn.vectors
         assert remembered is not None
@@ -284,7 +300,7 @@ def main(
             if weight > 0:
                 cos = cos + weight * mask(label_terms(U @ memory.T, row_labels, len(labels), top))
             best = (cos * scale + bias_row).argmax(axis=1)
-            return best, confidence(knn, "knn", knn_scores(X, remembered, knn.k))
+            return best, confidence(knn, "knn", knn_scores(X, remembered, knn.k, knn.reach))
 
         def loop(X: numpy.ndarray, intents: List[str]) -> Dict[str, float]:
             """Where the new intents' queries go, shares in %."""
@@ -316,6 +332,7 @@ def main(
         known_gold = [known.index(traffic_intents[i]) for i in known_rows]
         result = {
             "known_test_accuracy": round(100 * accuracy, 2),
+            "oos_test_routed": round(100 * float((route(X_oos)[1] >= threshold).mean()), 2),
             **loop(X_held, held_intents),
             "median_new_bias": round(float(numpy.median(b[len(known) :])), 3),
             "traffic": {
@@ -337,6 +354,7 @@ def main(
         "held_out_test_queries": len(held),
         "known_test_queries": len(test_gold),
         "new_labels": len(new_labels),
+        "oos_test_routed_by_the_router": round(100 * float((base_oos >= threshold).mean()), 2),
         "variants": runs.pop("review"),
         **({"representatives_picked_again": runs} if runs else {}),
     }
