@@ -25,6 +25,7 @@ One concept: a label as a prototype, from its setting to its vector.
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union, cast
 
@@ -54,6 +55,25 @@ from .textcat_scope import ScopeRouter
 from .textcat_targets import gold_targets
 
 LabelDescriptions = Optional[Union[str, Dict[str, Union[str, List[str]]]]]
+
+
+@dataclass
+class Guarding:
+    """How labels added to a calibrated router keep its docs and its scope.
+
+    allowance (float): The share of the docs the router remembers that a new
+        label may take from their labels (`guard_bias`).
+    scope_correction (bool): Divide the distances to a new label's examples in
+        a "knn" fit by their reach (`ScopeRouter.example_reach`).
+    remembered (RememberedBest): The remembered docs' best logits, carried from
+        one new label to the next (share one Guarding across the labels).
+    """
+
+    allowance: float = 0.0
+    scope_correction: bool = False
+    remembered: RememberedBest = field(default_factory=RememberedBest)
+
+
 # The softmax scales (1 / temperature) that calibration tries.
 SCALES = tuple(float(s) for s in numpy.geomspace(5.0, 100.0, 25))
 # The cosines that per-label threshold calibration tries (multi-label).
@@ -578,9 +598,7 @@ class DescribedLabels(Protocol):
         label: str,
         descriptions: Sequence[str],
         examples: Sequence[Doc] = (),
-        allowance: float = 0.0,
-        remembered: Optional[RememberedBest] = None,
-        scope_correction: bool = False,
+        guarding: Optional[Guarding] = None,
     ) -> None: ...
 
     def route_by_nearest_examples(self, weight: float) -> int: ...
@@ -628,10 +646,8 @@ def add_labels(
         pipe.route_by_nearest_examples(nearest_examples)
         # a setting of the model's config: a loaded pipeline takes it from there
         nlp.get_pipe_config(component)["model"]["example_weight"] = float(nearest_examples)
-    remembered = RememberedBest()  # the guard's logits, carried from label to label
+    guarding = Guarding(allowance, scope_correction)  # one for all: its logits carry over
     for label in new:
         docs = [nlp.make_doc(text) for text in examples.get(label, [])]
-        pipe.add_described_label(
-            label, descriptions.get(label, []), docs, allowance, remembered, scope_correction
-        )
+        pipe.add_described_label(label, descriptions.get(label, []), docs, guarding)
     return new

@@ -33,7 +33,6 @@ from thinc.types import Floats2d
 
 from ..corpus_attrs import SOURCE_ATTR
 from ..models.encoder.loaders import HFCheckpointLoader
-from ..models.heads.guard import RememberedBest
 from ..models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, ScopeMethod
 from ..scorers import ROUTING_SCORE_KEYS
 from .common import (
@@ -46,6 +45,7 @@ from .common import (
     train_step,
 )
 from .label_prototypes import (
+    Guarding,
     LabelDescriptions,
     LabelPrototypes,
     check_label,
@@ -356,31 +356,31 @@ class BertTextCategorizer(ConfiguredPipe):
         label: str,
         descriptions: Sequence[str],
         examples: Sequence[Doc] = (),
-        allowance: float = 0.0,
-        remembered: Optional[RememberedBest] = None,
-        scope_correction: bool = False,
+        guarding: Optional[Guarding] = None,
     ) -> None:
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training: it gets
         predictions next to the trained labels, and its examples join the
         calibrated out-of-scope fit (`ScopeRouter.add_examples`). On a calibrated
         router the new label's bias keeps every doc the fit remembers with the
-        label it had, or all but a share `allowance` of them
+        label it had, or all but a share `guarding.allowance` of them
         (`ScopeRouter.remembered`, `guard_bias`); with the nearest-examples
-        term, `remembered` carries the remembered docs' best logits from one
-        label to the next (`LabelPrototypes.add_described_label`). With
-        `scope_correction`, the distances to the examples in a "knn" fit are
-        divided by their reach (`ScopeRouter.example_reach`), so that the new
-        label keeps about as many of its docs in scope as a trained label."""
+        term, `guarding.remembered` carries the remembered docs' best logits
+        from one label to the next (give the same Guarding for several labels).
+        With `guarding.scope_correction`, the distances to the examples in a
+        "knn" fit are divided by their reach (`ScopeRouter.example_reach`), so
+        that the new label keeps about as many of its docs in scope as a
+        trained label."""
+        guarding = guarding if guarding is not None else Guarding()
         router = self.router
-        reach = router.example_reach(len(examples)) if scope_correction else 1.0
+        reach = router.example_reach(len(examples)) if guarding.scope_correction else 1.0
         vectors = self.prototypes.add_described_label(
             label,
             descriptions,
             examples,
             reference=router.remembered(),
-            allowance=allowance,
-            remembered=remembered,
+            allowance=guarding.allowance,
+            remembered=guarding.remembered,
         )
         router.add_examples(vectors, label, reach)
 

@@ -13,6 +13,7 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_bert_pipes.models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, knn_scores
+from spacy_bert_pipes.pipeline.label_prototypes import Guarding
 from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline
 from spacy_bert_pipes.pipeline.textcat_threshold import sweep_thresholds
 
@@ -388,7 +389,8 @@ def test_labels_added_in_a_row_guard_as_if_each_came_alone(tiny_bert: Path, tmp_
     apart = spacy.load(tmp_path / "router")
     pipe = apart.get_pipe("bert_textcat")
     for label, label_texts in new.items():
-        pipe.add_described_label(label, [], [apart.make_doc(t) for t in label_texts], 0.1)
+        docs = [apart.make_doc(t) for t in label_texts]
+        pipe.add_described_label(label, [], docs, Guarding(allowance=0.1))
     b_together = together.get_pipe("bert_textcat").model.get_ref("output").get_param("b")
     b_apart = pipe.model.get_ref("output").get_param("b")
     assert b_apart[-4] < 0
@@ -410,7 +412,10 @@ def test_scope_correction_gives_a_new_labels_examples_their_reach(
     corrected = spacy.load(tmp_path / "router").get_pipe("bert_textcat")
     reach = corrected.router.example_reach(2)
     corrected.add_described_label(
-        "elsewhere", [], [nlp.make_doc(t) for t in OUT_OF_SCOPE[:2]], scope_correction=True
+        "elsewhere",
+        [],
+        [nlp.make_doc(t) for t in OUT_OF_SCOPE[:2]],
+        Guarding(scope_correction=True),
     )
     fit = corrected.router.fit
     assert fit is not None and fit.reach is not None and reach > 1.0
@@ -431,6 +436,6 @@ def test_scope_correction_gives_a_new_labels_examples_their_reach(
     calibrate_pipeline(other, train, tmp_path / "dev.spacy")
     with pytest.raises(ValueError, match="knn"):
         other.get_pipe("bert_textcat").add_described_label(
-            "elsewhere", [], [other.make_doc(OUT_OF_SCOPE[0])], scope_correction=True
+            "elsewhere", [], [other.make_doc(OUT_OF_SCOPE[0])], Guarding(scope_correction=True)
         )
     assert "elsewhere" not in other.get_pipe("bert_textcat").labels  # nothing half-added
