@@ -42,7 +42,9 @@ training queries that are not representatives, routed as the test queries are,
 and the accuracy on the known intents' val queries; choose rules on these, not
 on test. Every run also routes CLINC150's `oos_test` (from the project's
 assets) and reports the share routed (`oos_test_routed`, the base router's
-beside it): what a rule costs in out-of-scope recall.
+beside it): what a rule costs in out-of-scope recall; and the near misses
+(`near_miss_test`): the held-out intents' test queries of intents no new label
+stands for, with the share the extended router abstains on.
 
 The shipped rule reproduces the workflow's figures within a few queries (bf16
 features differ a little with the batch).
@@ -320,6 +322,11 @@ def main(
 
         top_labels, _ = route(X_test)
         accuracy = float(numpy.mean(top_labels == numpy.asarray(test_gold)))
+        # near misses: the held-out intents' test queries of intents no new label
+        # stands for (in domain, and out of scope for the extended router)
+        unlabelled = [i for i, intent in enumerate(held_intents) if intent not in labelled]
+        _, near_conf = route(X_held[unlabelled]) if unlabelled else (None, numpy.zeros(0))
+        near_abstained = float((near_conf < threshold).mean()) if unlabelled else 0.0
         # the traffic: the held-out intents' queries not shown as representatives,
         # and the known intents' val queries
         new_rows = [
@@ -333,6 +340,10 @@ def main(
         result = {
             "known_test_accuracy": round(100 * accuracy, 2),
             "oos_test_routed": round(100 * float((route(X_oos)[1] >= threshold).mean()), 2),
+            "near_miss_test": {
+                "queries": len(unlabelled),
+                "abstained": round(100 * near_abstained, 2),
+            },
             **loop(X_held, held_intents),
             "median_new_bias": round(float(numpy.median(b[len(known) :])), 3),
             "traffic": {
@@ -345,6 +356,7 @@ def main(
         return result
 
     held_set = set(held_intents)
+    labelled = set(stands_for.values())
     runs = {
         key: {variant: run(variant, U_examples, shown[key]) for variant in variants.split(",")}
         for key, U_examples in sets.items()
