@@ -21,7 +21,8 @@ RUN_STAMP := $(VENV)/.installed-run
 # import it (and transformers) in every process that builds a pipeline, ~6 s each, and
 # scikit-learn would be imported by transformers' generation module, ~2 s more.
 # They go in without dependencies (they would move torch and numpy), at versions
-# tested together; transformers stays in the range spacy-transformers accepts.
+# tested together; setup.cfg keeps transformers in the range spacy-transformers
+# accepts, so that `make run` and `make test` resolve the same version.
 EXTRAS := $(VENV)/extras
 EXTRA_PACKAGES := spacy-transformers==1.4.0 spacy-alignments==0.9.3 \
 	sentence-transformers==6.2.0 scikit-learn==1.9.1 scipy==1.17.1 joblib==1.6.0 \
@@ -35,7 +36,7 @@ $(RUN_STAMP): setup.cfg pyproject.toml
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install -e ".[dev,ray,similar]" "transformers<4.53.3"
+	$(BIN)/python -m pip install -e ".[dev,ray,similar]"
 	rm -rf $(EXTRAS)
 	$(BIN)/python -m pip install --no-deps --target $(EXTRAS) $(EXTRA_PACKAGES)
 	touch $(STAMP)
