@@ -296,3 +296,28 @@ def numeric_grad(f, x: numpy.ndarray, eps: float = 1e-3) -> numpy.ndarray:  # ty
         x[idx] = old
         grad[idx] = (up - down) / (2 * eps)
     return grad
+
+
+def hf_first_piece_probs(folder: Path, docs: List[Any]) -> List[numpy.ndarray]:
+    """transformers' own model: softmax at each spaCy token's first wordpiece."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForTokenClassification.from_pretrained(folder).eval()
+    out = []
+    for doc in docs:
+        enc = tokenizer(doc.text, return_offsets_mapping=True, return_tensors="pt")
+        offsets = enc.pop("offset_mapping")[0].tolist()
+        with torch.no_grad():
+            probs = model(**enc).logits[0].softmax(-1).numpy()
+        rows = []
+        for token in doc:
+            first = next(
+                i
+                for i, (s, e) in enumerate(offsets)
+                if e > s and s < token.idx + len(token) and e > token.idx
+            )
+            rows.append(probs[first])
+        out.append(numpy.stack(rows))
+    return out

@@ -1,14 +1,13 @@
 """Importing a fine-tuned Hugging Face ...ForTokenClassification into bert_ner."""
 
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any, Sequence
 
 import numpy
 import pytest
 import spacy
-from helpers import NER_TEXTS, ner_examples, write_tiny_bert
+from helpers import NER_TEXTS, hf_first_piece_probs, ner_examples, write_tiny_bert
 from spacy.language import Language
-from spacy.tokens import Doc
 
 HF_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
 
@@ -35,31 +34,6 @@ def write_token_classifier(path: Path, tags: Sequence[str], base: Any = None) ->
     out = path / "token_classifier"
     model.save_pretrained(out, safe_serialization=True)
     AutoTokenizer.from_pretrained(config_source).save_pretrained(out)
-    return out
-
-
-def hf_first_piece_probs(folder: Path, docs: List[Doc]) -> List[numpy.ndarray]:
-    """transformers' own model: softmax at each spaCy token's first wordpiece."""
-    import torch
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForTokenClassification.from_pretrained(folder).eval()
-    out = []
-    for doc in docs:
-        enc = tokenizer(doc.text, return_offsets_mapping=True, return_tensors="pt")
-        offsets = enc.pop("offset_mapping")[0].tolist()
-        with torch.no_grad():
-            probs = model(**enc).logits[0].softmax(-1).numpy()
-        rows = []
-        for token in doc:
-            first = next(
-                i
-                for i, (s, e) in enumerate(offsets)
-                if e > s and s < token.idx + len(token) and e > token.idx
-            )
-            rows.append(probs[first])
-        out.append(numpy.stack(rows))
     return out
 
 

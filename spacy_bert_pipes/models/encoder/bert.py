@@ -33,6 +33,7 @@ from thinc.api import Model
 from thinc.types import Floats2d, Floats3d, Ints1d
 
 from ..text.casing import NO_CASE
+from ..text.pairs import PairTemplate
 from ..text.segments import CONTEXTS
 from ..text.tokens import tokenized
 from ..text.window_layout import layout_windows
@@ -165,6 +166,11 @@ def special_ids(encoder: Model) -> Tuple[int, int, int]:
     tok = hf_shim(encoder).tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     return int(tok.cls_token_id), int(tok.sep_token_id), int(pad)
+
+
+def pair_template(encoder: Model) -> PairTemplate:
+    """How the encoder's checkpoint lays out a (question, context) pair."""
+    return hf_shim(encoder).pair_template(str(encoder.attrs.get("source") or "this encoder"))
 
 
 class WindowOutputs(List[Floats2d]):

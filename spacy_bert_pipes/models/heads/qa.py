@@ -3,8 +3,10 @@ through the encoder, a start and an end logit per wordpiece.
 
 Windows follow Hugging Face's question-answering pipeline (fast tokenizers):
 the question comes first (segment 0), the context is cut into chunks of
-`max_seq_len - len(question) - 3` wordpieces overlapping by `doc_stride`
-(segment 1), so the same checkpoint sees the same inputs. Each doc's context
+`max_seq_len - len(question) - (special tokens)` wordpieces overlapping by
+`doc_stride` (segment 1 where the checkpoint has one), with the special tokens
+of the checkpoint's own pair template (`text/pairs.py`: `</s></s>` between the
+two for RoBERTa and XLM-R), so the same checkpoint sees the same inputs. Each doc's context
 is tokenized once, however many questions it is asked. Training targets and the
 decoding of the logits into answers are in `qa_decode`.
 """
@@ -18,7 +20,7 @@ from spacy.util import registry
 from thinc.api import Model, glorot_uniform_init
 from thinc.types import Floats1d, Floats2d, Ints1d, Ints2d
 
-from ..encoder.bert import hf_shim, special_ids
+from ..encoder.bert import hf_shim, pair_template
 from ..text.casing import NO_CASE
 from ..text.tokens import tokenize
 
@@ -216,7 +218,7 @@ def _qa_forward(
         pair = int(plan.window_pair[index])
         start, end = int(plan.window_start[index]), int(plan.window_end[index])
         # Rows that can hold an answer: [CLS], then the context pieces.
-        first = int(plan.question_len[pair]) + 2  # [CLS] question [SEP]
+        first = int(plan.context_first[index])  # after [CLS] question [SEP]
         rows = ops.xp.concatenate(
             [ops.xp.zeros((1,), dtype="i"), ops.xp.arange(first, first + end - start, dtype="i")]
         )
@@ -266,6 +268,7 @@ class _WindowPlan:
     window_pair: numpy.ndarray  # (n_windows,)
     window_start: numpy.ndarray  # first context wordpiece (n_windows,)
     window_end: numpy.ndarray  # (n_windows,)
+    context_first: numpy.ndarray  # the row of the first context wordpiece (n_windows,)
     offsets: numpy.ndarray  # (n_pieces, 2)
     words: numpy.ndarray  # (n_pieces,)
     piece_bounds: numpy.ndarray  # (n_docs + 1,)
@@ -294,7 +297,7 @@ def _plan_windows(model: Model, encoder: Model, queries: List[QAQuery]) -> _Wind
     """Tokenize the contexts and (distinct) questions, and lay out every window
     with whole-array numpy: the windows of `window_spans`, as Hugging Face's
     pipeline makes them."""
-    cls_id, sep_id, _ = special_ids(encoder)
+    template = pair_template(encoder)
     max_seq_len = model.attrs["max_seq_len"]
     stride = model.attrs["doc_stride"]
     max_q = model.attrs["max_question_len"]
@@ -327,8 +330,14 @@ def _plan_windows(model: Model, encoder: Model, queries: List[QAQuery]) -> _Wind
     n_all = n_ctx_pieces + int(q_counts.sum())
     full_q = q_counts[pair_text]
     q_len = numpy.minimum(full_q, max_q)
-    size = max_seq_len - q_len - 3  # context wordpieces per window
+    size = max_seq_len - q_len - template.n_special  # context wordpieces per window
     step = size - stride
+    if n_pairs and int(step.min()) < 1:
+        raise ValueError(
+            f"max_seq_len ({max_seq_len}) leaves {int(size.min())} context wordpieces after "
+            f"a question of {int(q_len.max())} and the {template.n_special} special tokens "
+            f"of the encoder's pairs: must be more than doc_stride ({stride})"
+        )
     n_ctx = ctx_counts[pair_doc]
     # window_spans, for every pair at once
     n_windows = numpy.where(n_ctx <= size, 1, 1 + -(-(n_ctx - size) // numpy.maximum(step, 1)))
@@ -338,25 +347,35 @@ def _plan_windows(model: Model, encoder: Model, queries: List[QAQuery]) -> _Wind
     )
     window_start = k * step[window_pair]
     window_end = numpy.minimum(window_start + size[window_pair], n_ctx[window_pair])
-    # every window as [CLS] question [SEP] context [SEP], all end to end
+    # every window as [CLS] question middle context end ([SEP], or the checkpoint's
+    # own separators), all end to end
+    n_middle, n_end = len(template.middle), len(template.end)
     w_q = q_len[window_pair]
-    full = w_q + 3 + window_end - window_start
+    context_first = w_q + 1 + n_middle
+    full = context_first + window_end - window_start + n_end
     full_starts = numpy.cumsum(full) - full
     total = int(full.sum())
     pos = numpy.arange(total, dtype="int64") - numpy.repeat(full_starts, full)
     pos_q = numpy.repeat(w_q, full)
+    first_c = numpy.repeat(context_first, full)
+    length = numpy.repeat(full, full)
     in_question = (pos >= 1) & (pos <= pos_q)
-    in_context = (pos >= pos_q + 2) & (pos < numpy.repeat(full, full) - 1)
+    in_context = (pos >= first_c) & (pos < length - n_end)
     q_source = numpy.repeat(q_bases[pair_text][window_pair], full) + pos - 1
-    c_source = numpy.repeat(ctx_bases[pair_doc][window_pair] + window_start, full) + pos - pos_q - 2
+    c_source = numpy.repeat(ctx_bases[pair_doc][window_pair] + window_start, full) + pos - first_c
     source = numpy.where(in_question, q_source, numpy.where(in_context, c_source, n_all))
     id_parts: List[Any] = [c.ids for c in contexts] + [p.ids for p in question_pieces]
     all_ids = numpy.concatenate(id_parts + [numpy.zeros((1,), "i")])
     flat_ids = all_ids[source].astype("i")
     is_cls = pos == 0
-    flat_ids[is_cls] = cls_id
-    flat_ids[~(is_cls | in_question | in_context)] = sep_id
-    flat_types = (pos >= pos_q + 2).astype("i")
+    flat_ids[is_cls] = template.cls_id
+    in_middle = (pos > pos_q) & (pos < first_c)
+    if n_middle:
+        flat_ids[in_middle] = numpy.asarray(template.middle, "i")[(pos - pos_q - 1)[in_middle]]
+    in_end = pos >= length - n_end
+    if n_end:
+        flat_ids[in_end] = numpy.asarray(template.end, "i")[(pos - length + n_end)[in_end]]
+    flat_types = numpy.where(pos >= first_c, template.second_type, 0).astype("i")
     bounds = numpy.concatenate((full_starts, [total])).tolist()
     windows = [
         (
@@ -387,6 +406,7 @@ def _plan_windows(model: Model, encoder: Model, queries: List[QAQuery]) -> _Wind
         window_pair=window_pair,
         window_start=window_start,
         window_end=window_end,
+        context_first=context_first,
         offsets=numpy.concatenate(offset_parts).reshape((-1, 2)),
         words=numpy.concatenate(word_parts),
         piece_bounds=numpy.concatenate(([0], numpy.cumsum(ctx_counts))),
@@ -407,7 +427,7 @@ def _predict_logits(
     xp = ops.xp
     n_context = plan.window_end - plan.window_start
     counts = 1 + n_context  # [CLS] and the context rows of each window
-    first = plan.question_len[plan.window_pair] + 2  # the first context row of each window
+    first = plan.context_first  # the first context row of each window
     parts: List[Any] = []
     order: List[numpy.ndarray] = []  # the windows of each part, in its row order
     lengths = [len(ids) for ids, _ in plan.windows]

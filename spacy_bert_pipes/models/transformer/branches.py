@@ -13,23 +13,55 @@ from typing import Any
 
 import torch
 
+# How a copied layer stack is called with the attention mask (an attribute of
+# the copy, so that a branch rebuilt on load gets it again from the transformer):
+# "additive": BERT-style stacks take (batch, 1, 1, length) additive masks;
+# "ones": DeBERTa's (and eager DistilBERT's) take the (batch, length) mask of ones.
+_MASK_ATTR = "bert_pipes_mask"
+
+
+def _checkpoint(transformer: torch.nn.Module) -> str:
+    config: Any = transformer.config
+    name = getattr(config, "name_or_path", "") or ""
+    return f"the {config.model_type} checkpoint {name}".rstrip()
+
 
 def copy_top_layers(transformer: torch.nn.Module, own_layers: int) -> torch.nn.Module:
-    """A copy of the transformer's layer stack (`transformer.encoder`, as in BERT,
-    RoBERTa and ELECTRA) that keeps only its top `own_layers` layers."""
+    """A copy of the transformer's layer stack (`transformer.encoder` in BERT,
+    RoBERTa, XLM-R, ELECTRA and DeBERTa, `transformer.transformer` in DistilBERT)
+    that keeps only its top `own_layers` layers."""
+    config: Any = transformer.config
+    if config.model_type == "albert":
+        raise ValueError(
+            f"own_layers = {own_layers} on {_checkpoint(transformer)}: ALBERT runs one "
+            "shared layer at every depth, so a head cannot own top layers of its own. "
+            "Use own_layers = 0."
+        )
     stack: Any = getattr(transformer, "encoder", None)
+    mask = "ones" if config.model_type in ("deberta", "deberta-v2") else "additive"
+    if config.model_type == "distilbert":
+        stack = getattr(transformer, "transformer", None)
+        mask = "additive" if config._attn_implementation == "sdpa" else "ones"
     layers = getattr(stack, "layer", None)
     if not isinstance(layers, torch.nn.ModuleList):
         raise ValueError(
-            f"own_layers needs a BERT-style encoder with its layers in encoder.layer; "
-            f"a {type(transformer).__name__} has none. Use own_layers = 0."
+            f"own_layers = {own_layers} on {_checkpoint(transformer)}: own layers need a "
+            f"layer stack in encoder.layer; a {type(transformer).__name__} has none. "
+            "Use own_layers = 0."
         )
     if not 0 < own_layers <= len(layers):
         raise ValueError(
             f"own_layers must be between 1 and the encoder's {len(layers)} layers: {own_layers}"
         )
+    if getattr(stack, "conv", None) is not None and own_layers < len(layers):
+        raise ValueError(
+            f"own_layers = {own_layers} on {_checkpoint(transformer)}: its encoder runs a "
+            "convolution after its first layer, which a copy of the top layers would "
+            f"run after its own first; use own_layers = 0 or {len(layers)}."
+        )
     branch = copy.deepcopy(stack)
     branch.layer = torch.nn.ModuleList(list(branch.layer)[len(layers) - own_layers :])
+    setattr(branch, _MASK_ATTR, mask)
     return branch
 
 
@@ -38,7 +70,14 @@ def run_branch(
 ) -> torch.Tensor:
     """The branch's layers over `hidden` (batch, length, width), the output of the
     shared layer below them, where `attention_mask` (batch, length) is 1 over real
-    wordpieces; the additive mask the transformer builds for its own layers."""
-    dtype = hidden.dtype
-    extended = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-    return branch(hidden, attention_mask=extended)[0]
+    wordpieces, given as the transformer gives it to its own layers."""
+    if getattr(branch, _MASK_ATTR, "additive") == "ones":
+        mask = attention_mask
+    else:
+        dtype = hidden.dtype
+        mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    # DistilBERT's stack names its input x and its mask attn_mask; the others
+    # take (hidden_states, attention_mask)
+    if type(branch).__name__ == "Transformer":
+        return branch(x=hidden, attn_mask=mask, head_mask=[None] * len(branch.layer))[0]
+    return branch(hidden, attention_mask=mask)[0]

@@ -24,6 +24,7 @@ from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
 from thinc.types import FloatsXd
 
 from ...memory import trim_if_grown
+from ..text.pairs import PairTemplate, read_pair_template
 from .fused_adam import fused_adam, fused_adam_applies
 from .hf_bytes import tokenizer_from_bytes, transformer_from_bytes
 from .onnx_int8 import Int8Module
@@ -140,6 +141,8 @@ class HFShim(Shim):
         self._reduced_precision = ""
         # (module, its first parameter): see `device`
         self._first_parameter: Optional[Tuple[torch.nn.Module, torch.nn.Parameter]] = None
+        # (tokenizer, the pair layout read from it): see `pair_template`
+        self._pair: Optional[Tuple[Any, PairTemplate]] = None
 
     # --- state -------------------------------------------------------------
     @property
@@ -198,6 +201,20 @@ class HFShim(Shim):
         if self._first_parameter is None or self._first_parameter[0] is not module:
             self._first_parameter = (module, next(module.parameters()))
         return self._first_parameter[1].device
+
+    def pair_template(self, name: str) -> PairTemplate:
+        """How the checkpoint lays out a pair of texts (read once from its
+        tokenizer); `name` names the checkpoint in errors."""
+        tokenizer = self.tokenizer
+        if self._pair is None or self._pair[0] is not tokenizer:
+            module = self.module
+            config: Any = module.transformer.config
+            n_segments = int(getattr(config, "type_vocab_size", 0) or 0)
+            template = read_pair_template(
+                tokenizer, n_segments if module.uses_token_types else 0, name
+            )
+            self._pair = (tokenizer, template)
+        return self._pair[1]
 
     @property
     def uses_cases(self) -> bool:

@@ -135,7 +135,7 @@ def _example_inputs(module: TransformerModule) -> List[torch.Tensor]:
 
 def export_fp32(module: TransformerModule) -> Tuple[bytes, List[str]]:
     """The module as an fp32 ONNX graph (TorchScript tracing, no file), and the
-    names of its inputs."""
+    names of the inputs it reads."""
     inputs = _example_inputs(module)
     if any(p.device.type != "cpu" for p in module.parameters()):
         raise ValueError(
@@ -163,7 +163,17 @@ def export_fp32(module: TransformerModule) -> Tuple[bytes, List[str]]:
             opset_version=OPSET,
             dynamo=False,
         )
-    return buffer.getvalue(), names
+    graph = buffer.getvalue()
+    # The exporter drops inputs the graph never reads (DistilBERT's and
+    # DeBERTa's segment ids): the session is fed those it has.
+    return graph, graph_inputs(graph)
+
+
+def graph_inputs(graph: bytes) -> List[str]:
+    """The names of the graph's inputs, in order."""
+    import onnx
+
+    return [value.name for value in onnx.load_from_string(graph).graph.input]
 
 
 def down_projections(graph: bytes) -> List[str]:

@@ -50,12 +50,13 @@ class TransformerModule(torch.nn.Module):
         # DistilBERT and some others take no segment ids.
         params = inspect.signature(transformer.forward).parameters
         self.uses_token_types = "token_type_ids" in params
-        # A learned vector per casing class, added to the input embeddings. Zeros at
+        # A learned vector per casing class, added to the input embeddings (at their
+        # width: ALBERT's and ELECTRA's are narrower than the hidden states). Zeros at
         # first, so a pretrained encoder starts out computing exactly what it did.
         self.case_embeddings: Optional[torch.nn.Embedding] = None
         if case_embeddings:
-            config: Any = transformer.config
-            embedding = torch.nn.Embedding(N_CASE_CLASSES, int(config.hidden_size))
+            width = int(transformer.get_input_embeddings().embedding_dim)
+            embedding = torch.nn.Embedding(N_CASE_CLASSES, width)
             torch.nn.init.zeros_(embedding.weight)
             self.case_embeddings = embedding
         # name -> a copy of the top layers that one head owns (`add_branch`); their
@@ -91,7 +92,8 @@ class TransformerModule(torch.nn.Module):
         self, input_ids: torch.Tensor, case_ids: Optional[torch.Tensor] = None
     ) -> Dict[str, torch.Tensor]:
         """The transformer's input argument: the ids, or with case embeddings the
-        word embeddings plus each wordpiece's casing vector (batch, length, hidden)."""
+        word embeddings plus each wordpiece's casing vector (batch, length, embedding
+        width)."""
         if self.case_embeddings is None:
             return {"input_ids": input_ids}
         if case_ids is None:
