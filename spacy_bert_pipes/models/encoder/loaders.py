@@ -5,12 +5,14 @@ Loaders run in `initialize` (building a pipeline never loads weights). Only
 safetensors weights are read and remote code is never trusted.
 """
 
+import contextlib
 import copy
 import importlib
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import numpy
 from spacy.util import registry
@@ -31,7 +33,13 @@ _SEQUENCE_HEADS = {
     "electra": ("classifier.dense", "gelu", "classifier.out_proj"),
     "distilbert": ("pre_classifier", "relu", "classifier"),
     "mpnet": ("classifier.dense", "tanh", "classifier.out_proj"),
+    "albert": ("albert.pooler", "tanh", "classifier"),
+    # DeBERTa's pooler runs the config's `pooler_hidden_act` (`_pooler_activation`)
+    "deberta": ("pooler.dense", "", "classifier"),
+    "deberta-v2": ("pooler.dense", "", "classifier"),
 }
+# The pooler activations a bert_textcat head can run.
+_ACTIVATIONS = ("tanh", "relu", "gelu")
 
 
 @dataclass
@@ -194,13 +202,30 @@ class HFCheckpointLoader:
                 "qa": AutoModelForQuestionAnswering,
             }
             auto = heads.get(self._head or "", AutoModel)
-            model = auto.from_pretrained(location, use_safetensors=True, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(location, use_fast=True, **kwargs)
+            with _quiet_transformers():
+                model, info = auto.from_pretrained(
+                    location, use_safetensors=True, output_loading_info=True, **kwargs
+                )
+                tokenizer = AutoTokenizer.from_pretrained(location, use_fast=True, **kwargs)
         except OSError as error:
             if local:
                 raise OSError(f"Could not load encoder from folder {location}: {error}") from error
             raise OSError(_alternatives(self.source, error)) from error
         model.eval()
+        # transformers' own report of weights it did not find names the pooler
+        # of every masked-LM checkpoint, which the encoder never runs; what the
+        # encoder or an imported head does run is reported here instead
+        missing = [
+            key
+            for key in info.get("missing_keys", [])
+            if auto is not AutoModel or "pooler" not in key.split(".")
+        ]
+        if missing:
+            warnings.warn(
+                f"Encoder {self.source!r}: {len(missing)} weights the model runs are not in "
+                f"the checkpoint and start random (train before predicting): {missing[:8]}",
+                stacklevel=2,
+            )
         self._model, self._tokenizer = model, tokenizer
         return model, tokenizer
 
@@ -228,6 +253,7 @@ class HFCheckpointLoader:
                 "base-model checkpoint instead."
             )
         dense_path, activation, output_path = _SEQUENCE_HEADS[model_type]
+        activation = activation or _pooler_activation(model.config)
         dense = _get_module(model, dense_path)
         output = _get_module(model, output_path)
         pooler = None
@@ -280,6 +306,19 @@ class HFCheckpointLoader:
         return _to_numpy(output.weight), _to_numpy(output.bias)
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' log at error level only, while a checkpoint loads."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def _head_kind(architectures: List[str]) -> Optional[str]:
     """Which fine-tuned head a checkpoint's `architectures` name, if any."""
     for name in architectures:
@@ -290,6 +329,18 @@ def _head_kind(architectures: List[str]) -> Optional[str]:
         if name.endswith("ForQuestionAnswering"):
             return "qa"
     return None
+
+
+def _pooler_activation(config: Any) -> str:
+    """The activation named by a checkpoint's `pooler_hidden_act`, if bert_textcat
+    has it."""
+    name = str(getattr(config, "pooler_hidden_act", "gelu"))
+    if name not in _ACTIVATIONS:
+        raise ValueError(
+            f"The {config.model_type} sequence-classification head's pooler runs "
+            f"pooler_hidden_act = {name!r}; bert_textcat's pooler runs one of {_ACTIVATIONS}"
+        )
+    return name
 
 
 def _get_module(model: Any, path: str) -> Any:

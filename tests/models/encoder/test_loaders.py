@@ -152,3 +152,32 @@ def test_one_loader_gives_each_encoder_its_own_weights(tiny_bert: Path) -> None:
     pa, pb = next(a.parameters()), next(b.parameters())
     assert pa.data_ptr() != pb.data_ptr()
     assert (pa == pb).all()
+
+
+def test_a_masked_lm_checkpoint_loads_without_upstream_noise(tiny_bert, tmp_path, capfd):
+    """transformers reports the pooler a masked-LM checkpoint lacks; the encoder
+    never runs it, so nothing is printed and nothing is warned."""
+    import warnings
+
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    BertForMaskedLM.from_pretrained(tiny_bert).save_pretrained(tmp_path, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(tmp_path)
+    capfd.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        HFCheckpoint(str(tmp_path)).load_encoder(BertEncoder())
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_weights_the_encoder_runs_but_the_checkpoint_lacks_are_named(tiny_bert, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(tiny_bert, tmp_path, dirs_exist_ok=True)
+    weights = load_file(tmp_path / "model.safetensors")
+    key = next(k for k in weights if "layer.1.output.dense.weight" in k)
+    del weights[key]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.warns(UserWarning, match=r"1 weights the model runs .*layer\.1\.output\.dense"):
+        HFCheckpoint(str(tmp_path)).load_encoder(BertEncoder())
