@@ -109,6 +109,22 @@ def test_pairs_are_laid_out_as_the_checkpoints_tokenizer_lays_them(
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_attention_pictures_of_a_pair_show_the_pair_the_model_reads(
+    family: str, build: Build
+) -> None:
+    from spacy_bert_pipes.explain.attention import encoder_attention
+
+    path = build(family)
+    encoder = BertEncoderV2(predict_precision="fp32", case_embeddings=family in FACTORIZED)
+    HFCheckpoint(str(path)).load_encoder(encoder)
+    encoder.initialize()
+    maps = encoder_attention(encoder, TEXT, question=QUESTION, max_length=64)
+    pair = hf_tokenizer(path)(QUESTION, TEXT)
+    assert maps.input_ids.tolist() == pair["input_ids"]
+    assert maps.weights.shape[-1] == len(pair["input_ids"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_an_imported_sequence_head_predicts_what_transformers_predicts(
     family: str, build: Build
 ) -> None:

@@ -18,7 +18,8 @@ import numpy
 from thinc.api import Model
 from thinc.types import Ints1d, Ints2d
 
-from ..models.encoder.bert import hf_shim, special_ids, with_special_cases
+from ..models.encoder.bert import hf_shim, pair_template, special_ids
+from ..models.text.casing import NO_CASE
 from ..models.text.tokens import Pieces, tokenize
 from ..models.text.windows import window_spans
 
@@ -96,6 +97,9 @@ def encoder_attention(
     text_pieces = tokenize(encoder, [text])[0]
     q_pieces: Optional[Pieces] = None
     truncated = False
+    # the special tokens before, between and after: [CLS] text [SEP], or the
+    # checkpoint's own pair layout ([CLS] question [SEP] text [SEP], <s> q </s></s> t </s>)
+    before, middle, after, second_type = [cls_id], [], [sep_id], 0
     if question is not None:
         q_pieces = tokenize(encoder, [question])[0]
         truncated = len(q_pieces.ids) > max_question_length
@@ -105,8 +109,11 @@ def encoder_attention(
             cast(Ints2d, q_pieces.offsets[:max_question_length]),
             cases=None if q_cases is None else cast(Ints1d, q_cases[:max_question_length]),
         )
-    n_head = 0 if q_pieces is None else len(q_pieces.ids) + 1  # question + [SEP]
-    size = max_length - 2 - n_head
+        template = pair_template(encoder)
+        before, middle, after = [template.cls_id], list(template.middle), list(template.end)
+        second_type = template.second_type
+    n_head = 0 if q_pieces is None else len(q_pieces.ids) + len(middle)  # question, separators
+    size = max_length - len(before) - len(after) - n_head
     if size < 1:
         raise ValueError(
             f"A window of {max_length} wordpieces leaves no room for the text after "
@@ -122,27 +129,37 @@ def encoder_attention(
     window = window % len(spans)
     start, end = spans[window]
 
-    no_offset = numpy.full((1, 2), -1, dtype="i")
-    ids_parts: List[Any] = [[cls_id]]
-    offset_parts: List[Any] = [no_offset]
-    question_flags: List[Any] = [[0]]
+    def no_offsets(n: int) -> numpy.ndarray:
+        return numpy.full((n, 2), -1, dtype="i")
+
+    # (ids, offsets, is the question, casing classes) of each part, in order
+    parts: List[Tuple[Any, Any, Any, Any]] = [
+        (before, no_offsets(len(before)), [0] * len(before), [NO_CASE] * len(before))
+    ]
     if q_pieces is not None:
-        ids_parts += [q_pieces.ids, [sep_id]]
-        offset_parts += [q_pieces.offsets, no_offset]
-        question_flags += [numpy.ones(len(q_pieces.ids), dtype="i"), [0]]
-    ids_parts += [text_pieces.ids[start:end], [sep_id]]
-    offset_parts += [text_pieces.offsets[start:end], no_offset]
-    question_flags += [numpy.zeros(end - start, dtype="i"), [0]]
-    ids = numpy.concatenate(ids_parts).astype("i")
+        parts.append(
+            (q_pieces.ids, q_pieces.offsets, numpy.ones(len(q_pieces.ids), "i"), q_pieces.cases)
+        )
+        parts.append((middle, no_offsets(len(middle)), [0] * len(middle), [NO_CASE] * len(middle)))
+    context_start = sum(len(part[0]) for part in parts)
+    piece_cases = None if text_pieces.cases is None else text_pieces.cases[start:end]
+    parts.append(
+        (
+            text_pieces.ids[start:end],
+            text_pieces.offsets[start:end],
+            numpy.zeros(end - start, "i"),
+            piece_cases,
+        )
+    )
+    parts.append((after, no_offsets(len(after)), [0] * len(after), [NO_CASE] * len(after)))
+    ids = numpy.concatenate([part[0] for part in parts]).astype("i")
+    offset_parts = [part[1] for part in parts]
+    question_flags = [part[2] for part in parts]
     types = numpy.zeros(len(ids), dtype="i")
-    if q_pieces is not None:
-        types[1 + n_head :] = 1  # the context and its [SEP]
+    types[context_start:] = second_type  # the context and what follows it
     cases = None
     if text_pieces.cases is not None:  # an encoder with case embeddings
-        parts = [text_pieces.cases[start:end]]
-        if q_pieces is not None:
-            parts.insert(0, cast(Ints1d, q_pieces.cases))
-        cases = numpy.asarray(with_special_cases(*parts))
+        cases = numpy.concatenate([numpy.asarray(part[3], "i") for part in parts])
     weights = _run_with_attentions(encoder, ids, types, cases)
     tokenizer = hf_shim(encoder).tokenizer
     return AttentionMaps(

@@ -32,7 +32,6 @@ from spacy.util import registry
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d, Ints1d
 
-from ..text.casing import NO_CASE
 from ..text.pairs import PairTemplate
 from ..text.segments import CONTEXTS
 from ..text.tokens import tokenized
@@ -257,15 +256,6 @@ def run_windows(
 
     batch_outputs = [(batch, hidden) for batch, hidden, _ in callbacks]
     return WindowOutputs(outputs, batch_outputs), backprop_windows
-
-
-def with_special_cases(*parts: Ints1d) -> Ints1d:
-    """Casing classes of a window's pieces with [CLS] before and [SEP] after each
-    part (a question and a context: [CLS] q [SEP] c [SEP]); the specials get 0."""
-    pieces: List[Any] = [[NO_CASE]]
-    for part in parts:
-        pieces.extend([part, [NO_CASE]])
-    return cast(Ints1d, numpy.concatenate(pieces).astype("i"))
 
 
 def forward(
