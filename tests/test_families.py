@@ -428,3 +428,23 @@ def test_ray_writes_the_local_engines_bytes(engines_run: Dict[str, Any], tmp_pat
     finally:
         ray.shutdown()
     assert output.read_bytes() == engines_run["local"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_frozen_bottom_layers_get_no_gradients(family: str, build: Build) -> None:
+    """frozen_layers = 1: the embeddings and the first layer stop training, the
+    rest train (ALBERT, one shared layer: a clear error)."""
+    from spacy_bert_pipes.models.transformer.transformer_module import set_frozen_layers
+
+    transformer = hf_model(build(family))
+    if family == "albert":
+        with pytest.raises(ValueError, match="ALBERT runs one shared layer.*frozen_layers = 0"):
+            set_frozen_layers(transformer, 1)
+        return
+    set_frozen_layers(transformer, 1)
+    trains = {name for name, p in transformer.named_parameters() if p.requires_grad}
+    frozen = {name for name, p in transformer.named_parameters() if not p.requires_grad}
+    assert any("embeddings" in name for name in frozen)
+    assert any(".0." in name for name in frozen) and not any(".0." in name for name in trains)
+    assert any(".1." in name for name in trains)
+

@@ -20,7 +20,8 @@ import torch
 _MASK_ATTR = "bert_pipes_mask"
 
 
-def _checkpoint(transformer: torch.nn.Module) -> str:
+def checkpoint_name(transformer: torch.nn.Module) -> str:
+    """The transformer's family and checkpoint, for errors."""
     config: Any = transformer.config
     name = getattr(config, "name_or_path", "") or ""
     return f"the {config.model_type} checkpoint {name}".rstrip()
@@ -33,7 +34,7 @@ def copy_top_layers(transformer: torch.nn.Module, own_layers: int) -> torch.nn.M
     config: Any = transformer.config
     if config.model_type == "albert":
         raise ValueError(
-            f"own_layers = {own_layers} on {_checkpoint(transformer)}: ALBERT runs one "
+            f"own_layers = {own_layers} on {checkpoint_name(transformer)}: ALBERT runs one "
             "shared layer at every depth, so a head cannot own top layers of its own. "
             "Use own_layers = 0."
         )
@@ -45,7 +46,7 @@ def copy_top_layers(transformer: torch.nn.Module, own_layers: int) -> torch.nn.M
     layers = getattr(stack, "layer", None)
     if not isinstance(layers, torch.nn.ModuleList):
         raise ValueError(
-            f"own_layers = {own_layers} on {_checkpoint(transformer)}: own layers need a "
+            f"own_layers = {own_layers} on {checkpoint_name(transformer)}: own layers need a "
             f"layer stack in encoder.layer; a {type(transformer).__name__} has none. "
             "Use own_layers = 0."
         )
@@ -55,7 +56,7 @@ def copy_top_layers(transformer: torch.nn.Module, own_layers: int) -> torch.nn.M
         )
     if getattr(stack, "conv", None) is not None and own_layers < len(layers):
         raise ValueError(
-            f"own_layers = {own_layers} on {_checkpoint(transformer)}: its encoder runs a "
+            f"own_layers = {own_layers} on {checkpoint_name(transformer)}: its encoder runs a "
             "convolution after its first layer, which a copy of the top layers would "
             f"run after its own first; use own_layers = 0 or {len(layers)}."
         )

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from ..text.casing import N_CASE_CLASSES
-from .branches import copy_top_layers, run_branch
+from .branches import checkpoint_name, copy_top_layers, run_branch
 from .precision import PRECISION_CHOICES, PRECISIONS, resolve_precision
 
 # Hidden-state combinations of the BERT paper's feature-based experiments.
@@ -176,10 +176,17 @@ def set_frozen_layers(transformer: torch.nn.Module, frozen_layers: Union[int, st
         return
     embeddings = getattr(transformer, "embeddings", None)
     layers = _encoder_layers(transformer)
+    config: Any = transformer.config
+    if config.model_type == "albert":
+        raise ValueError(
+            f"frozen_layers = {frozen_layers} on {checkpoint_name(transformer)}: ALBERT runs "
+            "one shared layer at every depth, so its bottom layers cannot be frozen apart "
+            "from its top ones. Use frozen_layers = 0 or 'all'."
+        )
     if embeddings is None or layers is None:
         raise ValueError(
-            f"Cannot freeze bottom layers of a {type(transformer).__name__}: no "
-            "'embeddings' and layer list found. Use frozen_layers=0 or 'all'."
+            f"frozen_layers = {frozen_layers} on {checkpoint_name(transformer)}: no "
+            "'embeddings' and layer list found. Use frozen_layers = 0 or 'all'."
         )
     if frozen_layers > len(layers):
         raise ValueError(
