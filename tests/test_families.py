@@ -447,4 +447,3 @@ def test_frozen_bottom_layers_get_no_gradients(family: str, build: Build) -> Non
     assert any("embeddings" in name for name in frozen)
     assert any(".0." in name for name in frozen) and not any(".0." in name for name in trains)
     assert any(".1." in name for name in trains)
-
