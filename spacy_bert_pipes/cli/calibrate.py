@@ -203,10 +203,14 @@ def threshold_cli(
         ),
     )
     b = sweep.best
+    caught = (
+        f"catches {_pct(b.oos_recall)}% of the out-of-scope docs"
+        if sweep.out_of_scope_docs
+        else f"{dev} has no out-of-scope docs, so what it catches is not measured"
+    )
     msg.good(
         f"oos_threshold {best:.4f} ({sweep.rule}): routes {_pct(b.coverage)}% of the "
-        f"in-scope docs, {_pct(b.routed_accuracy)}% right; catches {_pct(b.oos_recall)}% "
-        f"of the out-of-scope docs"
+        f"in-scope docs, {_pct(b.routed_accuracy)}% right; {caught}"
     )
     msg.good(f"Saved to {output}; every threshold's figures in {report}")
 

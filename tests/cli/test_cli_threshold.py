@@ -146,6 +146,9 @@ def test_without_out_of_scope_docs(router: Dict[str, Path], tmp_path: Path) -> N
     result = run(router, tmp_path / "ok", "--coverage", "0.8", dev="in_scope.spacy")
     assert result.exit_code == 0, result.output
     assert all(r["oos_recall"] is None for r in rows(tmp_path / "ok"))
+    said = " ".join(result.output.split())  # the message is wrapped
+    assert "catches -%" not in said
+    assert "has no out-of-scope docs, so what it catches is not measured" in said
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
