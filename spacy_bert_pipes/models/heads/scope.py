@@ -16,7 +16,11 @@ Out-of-scope scores (higher: less like the training data), by `method`:
 A raw score means little to a user, so `confidence` turns it into the share of
 in-scope reference docs (held-out dev docs) whose score is at least as high: an
 in-scope doc's confidence is about uniform on [0, 1], and abstaining below a
-threshold t keeps about 1 - t of the in-scope docs, whatever the method.
+threshold t keeps about 1 - t of the in-scope docs, whatever the method. A
+doc's raw score depends on its vector alone, not on the other docs of its batch
+nor on the BLAS's threads (`fixed_order.py`): a score an ulp off would cross a
+reference score now and then, and every engine of `annotate` must write the
+same bytes.
 
 Calibration: temperature scaling (Guo et al. 2017), one scalar T dividing the
 log-probabilities, fit by likelihood on dev docs; the expected calibration
@@ -32,6 +36,8 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 import numpy
 from thinc.api import Model
+
+from .fixed_order import ROUNDING_SLACK, fixed_order_dots, fixed_order_quadratic, kth_smallest
 
 ScopeMethod = Literal["max_prob", "mahalanobis", "knn"]
 SCOPE_METHODS: Tuple[str, ...] = ("max_prob", "mahalanobis", "knn")
@@ -154,12 +160,22 @@ def mahalanobis_scores(
     X: numpy.ndarray, means: numpy.ndarray, precision: numpy.ndarray
 ) -> numpy.ndarray:
     """The squared Mahalanobis distance of each row of X to its nearest class
-    mean. (n,)"""
-    X = numpy.asarray(X, dtype="f")
-    XP = X @ precision  # (n, width)
-    MP = means @ precision  # (n_labels, width)
-    d = (XP * X).sum(1)[:, None] - 2 * XP @ means.T + (MP * means).sum(1)[None, :]
-    return numpy.maximum(d.min(axis=1), 0.0)
+    mean; a row's score depends on that row alone, not on the other rows nor
+    on the BLAS's threads (`fixed_order`). (n,)"""
+    X = numpy.asarray(X, dtype="float64")
+    M = numpy.asarray(means, dtype="float64")
+    P = numpy.asarray(precision, dtype="float64")
+    # the screen: every class at once, in the BLAS's order (n, n_labels)
+    XP = X @ P  # (n, width)
+    d = (XP * X).sum(1)[:, None] - 2 * XP @ M.T + ((M @ P) * M).sum(1)[None, :]
+    # its rounding (and that of the fixed-order forms) stays within a few
+    # width * eps times (|x| + |m|) |P| (|x| + |m|) <= |P|_F (||x|| + ||m||)^2
+    radius = numpy.linalg.norm(X, axis=1) + numpy.linalg.norm(M, axis=1).max()  # (n,)
+    size = numpy.sqrt((P * P).sum())
+    slack = 2 * ROUNDING_SLACK * X.shape[1] * numpy.finfo("float64").eps * size * radius**2
+    rows, cols = numpy.nonzero(d <= (d.min(axis=1) + 2 * slack)[:, None])
+    exact = fixed_order_quadratic(X[rows] - M[cols], P)
+    return numpy.maximum(kth_smallest(len(X), rows, exact, 1), 0.0).astype("f")
 
 
 def knn_scores(
@@ -167,14 +183,28 @@ def knn_scores(
 ) -> numpy.ndarray:
     """One minus the cosine of each row of X with its k-th most similar row of
     `vectors` (unit rows); with `reach` ((n_vectors,)), each distance to a row
-    divided by that row's reach first. (n,)"""
-    sims = unit_rows(numpy.asarray(X, dtype="f")) @ vectors.T  # (n, n_train)
-    k = min(k, sims.shape[1])
+    divided by that row's reach first. A row's score depends on that row alone,
+    not on the other rows nor on the BLAS's threads (`fixed_order`). (n,)"""
+    X = unit_rows(numpy.asarray(X, dtype="f"))
+    n_vectors, k = len(vectors), min(k, len(vectors))
+    # unit rows: the product's rounding (and that of 1 - cos) is within width * eps
+    slack = ROUNDING_SLACK * X.shape[1] * float(numpy.finfo("f").eps)
+    # the screen: the float32 product, in the BLAS's order, and the rows that
+    # may be a doc's k-th nearest (n, n_vectors)
+    sims = X @ vectors.T
     if reach is None:
-        kth = numpy.partition(sims, sims.shape[1] - k, axis=1)[:, sims.shape[1] - k]
-        return 1.0 - kth
-    distances = (1.0 - sims) / reach[None, :]
-    return numpy.partition(distances, k - 1, axis=1)[:, k - 1]
+        kth = numpy.partition(sims, n_vectors - k, axis=1)[:, n_vectors - k]
+        rows, cols = numpy.nonzero(sims >= (kth - 2 * slack)[:, None])
+    else:
+        distances = (1.0 - sims) / reach[None, :]
+        kth = numpy.partition(distances, k - 1, axis=1)[:, k - 1]
+        slack /= float(reach.min())
+        rows, cols = numpy.nonzero(distances <= (kth + 2 * slack)[:, None])
+    # those rows' distances again, each summed in one fixed order
+    exact = 1.0 - fixed_order_dots(X, rows, vectors, cols)
+    if reach is not None:
+        exact /= reach[cols]
+    return kth_smallest(len(X), rows, exact, k).astype("f")
 
 
 def sample_reach(fit: ScopeFit, n_examples: int, coverage: float, seed: int = 0) -> float:

@@ -1,6 +1,10 @@
 """Out-of-scope scores and temperature scaling: the math against brute force."""
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy
 import pytest
@@ -226,3 +230,84 @@ def test_a_reference_score_a_few_ulps_off_keeps_its_confidence() -> None:
     assert again.tolist() == pytest.approx([1.0, 2 / 3, 1 / 3])
     # a score clearly above a reference is less in scope
     assert confidence(fit, "knn", ref * (1 + 1e-3)).tolist() == pytest.approx([2 / 3, 1 / 3, 0.0])
+
+
+@pytest.mark.parametrize(
+    "method,k,reach",
+    [("knn", 1, False), ("knn", 3, False), ("knn", 2, True), ("mahalanobis", 1, False)],
+)
+def test_a_docs_score_does_not_depend_on_its_batch(method: str, k: int, reach: bool) -> None:
+    """The same docs scored all at once and in batches of 1, 3 and 7 get the
+    same bits: the BLAS tiles (and threads) each product its own way, which
+    moved a knn score by an ulp on a Ray actor, across a reference score."""
+    X, y, centres = clusters(n=600, width=48)
+    docs = (centres[y[:64]] + numpy.random.default_rng(1).normal(0, 1, (64, 48))).astype("f")
+    probs = numpy.full((len(docs), 3), 1 / 3, dtype="f")
+    fit = fit_scope(
+        method, train_vectors=X, train_labels=y, n_labels=3, ref_vectors=docs, ref_probs=probs, k=k
+    )
+    if reach:  # a new label's few examples, reaching farther
+        fit = extend_fit(fit, docs[:3] + 0.5, 2, reach=2.5)
+    scores = raw_scores(fit, method, docs, probs)
+    for size in (1, 3, 7):
+        batches = [
+            raw_scores(fit, method, docs[i : i + size], probs[i : i + size])
+            for i in range(0, len(docs), size)
+        ]
+        assert numpy.concatenate(batches).tobytes() == scores.tobytes(), size
+        again = [confidence(fit, method, raw) for raw in batches]
+        assert numpy.concatenate(again).tobytes() == confidence(fit, method, scores).tobytes()
+    assert raw_scores(fit, method, docs[:0], probs[:0]).shape == (0,)
+
+
+# Scores the same docs on 1 and on 2 threads of numpy's OpenBLAS and prints
+# whether their bytes are equal (the threads are set through OpenBLAS's own
+# function, as threadpoolctl does).
+SCORE_ON_THREADS = """
+import ctypes, glob, os
+import numpy
+from spacy_bert_pipes.models.heads.scope import fit_scope, knn_scores, mahalanobis_scores
+(path,) = glob.glob(os.path.dirname(numpy.__file__) + ".libs/*scipy_openblas*.so*")
+set_threads = ctypes.CDLL(path).scipy_openblas_set_num_threads64_
+rng = numpy.random.default_rng(0)
+X = rng.normal(0, 1, (2000, 48)).astype("f")
+y = numpy.arange(2000) % 7
+docs = rng.normal(0, 1, (64, 48)).astype("f")
+probs = numpy.full((64, 7), 1 / 7, dtype="f")
+fits = [
+    fit_scope(method, train_vectors=X, train_labels=y, n_labels=7, ref_vectors=docs,
+              ref_probs=probs)
+    for method in ("knn", "mahalanobis")
+]
+scores = []
+for threads in (1, 2):
+    set_threads(threads)
+    knn, gauss = fits
+    found = [knn_scores(docs, knn.vectors, 1), knn_scores(docs, knn.vectors, 3, 1 + knn.labels)]
+    found.append(mahalanobis_scores(docs, gauss.means, gauss.precision))
+    scores.append(numpy.concatenate(found).tobytes())
+print(scores[0] == scores[1])
+"""
+
+
+def numpy_openblas() -> bool:
+    """Whether numpy's BLAS is its own OpenBLAS (scipy-openblas, whose threads
+    can be set) on a CPU that can run the AVX2 kernels."""
+    libs = Path(numpy.__file__).parent.with_name("numpy.libs")
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
+    return len(list(libs.glob("*scipy_openblas*.so*"))) == 1 and {"avx2", "fma"} <= flags
+
+
+@pytest.mark.skipif(not numpy_openblas(), reason="needs numpy's OpenBLAS and an AVX2 CPU")
+def test_a_docs_score_does_not_depend_on_the_blas_threads() -> None:
+    """OpenBLAS's AVX2 kernels (Haswell, Zen: most AMD EPYCs) round a float32
+    product otherwise on 1 thread than on 2: a Ray actor runs 1
+    (OMP_NUM_THREADS=1), the local engine and its workers all cores. The
+    scores must not see it."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    found = subprocess.run(
+        [sys.executable, "-c", SCORE_ON_THREADS], env=env, capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "True"
