@@ -30,7 +30,10 @@ import typer
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from speed import DEFAULT_DATA, load_texts  # noqa: E402
+import extras  # noqa: E402  (bench/extras.py)
+from speedlib.workloads import DEFAULT_DATA, load_texts  # noqa: E402
+
+extras.use()  # as bench/speed.py: the references here and in the commands it starts
 
 
 def digest(path: Path) -> str:

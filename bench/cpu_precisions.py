@@ -5,7 +5,7 @@ measured in one run: interleaved rounds, the median of each (not a test).
         [--precisions fp32,int8] [--trained DIR] [--output FILE]
 
 Each round runs every (system, precision) once, each in a fresh subprocess of
-`bench/speed.py` (`speed.spawn`: its warm-up, timing and peak RSS), in the same
+`bench/speed.py` (`speedlib.timing.spawn`: its warm-up, timing and peak RSS), in the same
 order; a system's figure is the median over the rounds, so a noisy neighbour
 slows one round of every system rather than all rounds of one. Systems:
 
@@ -30,12 +30,16 @@ from typing import Any, Dict, List, Optional, Tuple
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  (bench/speed.py, beside this script)
+import extras  # noqa: E402  (bench/extras.py)
+from speedlib import timing  # noqa: E402  (bench/speed.py's parts)
+from speedlib import workloads as speed_workloads  # noqa: E402
 
 from spacy_bert_pipes.models.transformer.precision import (  # noqa: E402
     cpu_flags,
     cpu_has_fast_bf16,
 )
+
+extras.use()  # as bench/speed.py: the references here and in the commands it starts
 
 
 def cpu_kind() -> str:
@@ -75,7 +79,7 @@ def int8_build_seconds(rounds: int, threads: int) -> List[float]:
     from spacy_bert_pipes.models.transformer.transformer_module import TransformerModule
 
     torch.set_num_threads(threads)
-    model = AutoModel.from_pretrained(speed.encoder_folder(), local_files_only=True)
+    model = AutoModel.from_pretrained(speed_workloads.encoder_folder(), local_files_only=True)
     module = TransformerModule(model, "last", "fp32").eval()
     ids = torch.ones((1, 8), dtype=torch.long)
     seconds = []
@@ -101,25 +105,27 @@ def main(
 ) -> None:
     wanted = [p for p in precisions.split(",") if p and (p != "bf16" or cpu_has_fast_bf16())]
     results: Dict[str, Any] = {
-        "machine": speed.machine(),
-        "versions": speed.versions(),
+        "machine": timing.machine(),
+        "versions": timing.versions(),
         "cpu_kind": cpu_kind(),
         "rounds": rounds,
         "command": " ".join(sys.argv),
         "workloads": {},
     }
     for workload in workloads.split(","):
-        texts = speed.load_texts(
-            workload, limit or speed.DEFAULT_LIMITS[workload], speed.DEFAULT_DATA
+        texts = speed_workloads.load_texts(
+            workload,
+            limit or speed_workloads.DEFAULT_LIMITS[workload],
+            speed_workloads.DEFAULT_DATA,
         )
-        n_words = speed.count_words(texts)
+        n_words = speed_workloads.count_words(texts)
         timings: Dict[str, List[float]] = {}
         details: Dict[str, Any] = {}
         for round_ in range(rounds):
             for system, precision in runs(wanted, ours, trf):
-                s = speed.Settings(
+                s = speed_workloads.Settings(
                     workload=workload,
-                    limit=limit or speed.DEFAULT_LIMITS[workload],
+                    limit=limit or speed_workloads.DEFAULT_LIMITS[workload],
                     precision=precision,
                     threads=threads,
                     max_batch_tokens=4096,
@@ -129,10 +135,10 @@ def main(
                     stride=32,
                     repeats=1,
                     gpu=-1,
-                    data=str(speed.DEFAULT_DATA),
+                    data=str(speed_workloads.DEFAULT_DATA),
                     trained=str(trained or ""),
                 )
-                result = speed.spawn(system, s, timeout=1800)
+                result = timing.spawn(system, s, timeout=1800)
                 key = f"{system}@{precision}"
                 if "error" in result:
                     print(f"{workload} round {round_} {key}: {result['error']}", file=sys.stderr)
@@ -157,7 +163,7 @@ def main(
         build = int8_build_seconds(rounds, threads)
         results["int8_build_seconds"] = {"rounds": build, "median": statistics.median(build)}
         print(f"int8 graph build: median {statistics.median(build):.1f} s ({build})")
-    out = output or speed.RESULTS / f"cpu_precisions_{cpu_kind()}.json"
+    out = output or speed_workloads.RESULTS / f"cpu_precisions_{cpu_kind()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf8")
     print(f"wrote {out}")

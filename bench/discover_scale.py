@@ -60,7 +60,7 @@ import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import extras  # bench/extras.py: the references apart (Makefile)
-import speed  # noqa: E402  (bench/speed.py, beside this script: its machine())
+from speedlib.timing import machine  # noqa: E402  (bench/speed.py's machine())
 
 from spacy_bert_pipes.convert.banking77_oos import sha256  # noqa: E402
 from spacy_bert_pipes.discover import SUMMARY, frozen_vectors  # noqa: E402
@@ -311,7 +311,7 @@ def main(
     result = {
         "command": " ".join(["python", *sys.argv]),
         "discover": " ".join(["bert-pipes discover ANNOTATIONS OUTPUT_DIR", *options]),
-        "machine": speed.machine(),
+        "machine": machine(),
         "threads": thread_settings(env),
         "data": {"clinc150": str(data), "sha256": sha256(data), "encoder": ENCODER},
         "annotations": {

@@ -21,7 +21,11 @@ import typer
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from speed import DEFAULT_DATA, Settings, count_batches, load_texts, our_shim  # noqa: E402
+import extras  # noqa: E402  (bench/extras.py)
+from speedlib.systems import count_batches, our_shim  # noqa: E402
+from speedlib.workloads import DEFAULT_DATA, Settings, load_texts  # noqa: E402
+
+extras.use()  # as bench/speed.py: the references here and in the commands it starts
 
 
 def main(

@@ -47,17 +47,19 @@ from typing import Any, Dict, List, Optional
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import extras  # noqa: E402  (bench/extras.py)
 import trained as trained_pipelines  # noqa: E402
-from speed import (  # noqa: E402
+from speedlib.timing import machine, versions  # noqa: E402
+from speedlib.workloads import (  # noqa: E402
     DEFAULT_DATA,
     DEFAULT_LIMITS,
     RESULTS,
     count_words,
     load_texts,
-    machine,
-    versions,
     warmup_texts,
 )
+
+extras.use()  # as bench/speed.py: the references here and in the commands it starts
 
 PIPELINE = "ours-textcat-ner"
 BATCH_SIZE = 128  # texts per nlp.pipe batch, as bench/speed.py
