@@ -6,12 +6,15 @@ write. One local Ray serves the module."""
 import json
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, cast
 
+import numpy
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import spacy
 import torch
 from annotate_helpers import (
     TEXTS,
@@ -23,7 +26,8 @@ from annotate_helpers import (
     save_vectors_pipeline,
     write_input,
 )
-from helpers import WORDS
+from helpers import LABELS, WORDS, prototype_router
+from spacy.training import Example
 
 from spacy_bert_pipes.annotate import (
     AnnotateError,
@@ -34,6 +38,8 @@ from spacy_bert_pipes.annotate import (
 )
 from spacy_bert_pipes.annotate.prepare import load_pipeline
 from spacy_bert_pipes.annotate.ray import annotate_ray, run_annotation_ray
+from spacy_bert_pipes.models.heads.scope import SCORE_TOLERANCE, get_fit, set_fit
+from spacy_bert_pipes.pipeline import textcat_scope
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray at a time on the machine (make test -n 2)
 
@@ -244,6 +250,76 @@ def test_a_stopped_run_resumes_with_either_engine(
     assert (summary.resumed_chunks, summary.chunks, summary.error_rows) == (2, 4, 2)
     assert output.read_bytes() == expected.read_bytes()
     assert read_errors(output) == read_errors(expected)
+
+
+@pytest.fixture(scope="module")
+def knn_router(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A prototype router (configs/route.cfg's model) calibrated with a knn fit
+    that remembers 600 training docs (OpenBLAS splits a product that large
+    between threads)."""
+    path = prototype_router(tiny_bert, tmp_path_factory.mktemp("knn") / "router")
+    nlp = spacy.load(path, config={"components": {"bert_textcat": {"oos_method": "knn"}}})
+    examples = [
+        Example.from_dict(
+            nlp.make_doc(text), {"cats": {label: float(label == LABELS[i % 3]) for label in LABELS}}
+        )
+        for i, text in enumerate(texts(660, seed=3))
+    ]
+    textcat: Any = nlp.get_pipe("bert_textcat")
+    textcat.calibrate(examples[:600], examples[600:])
+    nlp.to_disk(path)
+    return path
+
+
+def knife_edge(raw: numpy.ndarray) -> numpy.ndarray:
+    """Reference scores that put each raw score at a step of its confidence:
+    the float32s on either side of raw - tolerance (`confidence` counts the
+    references below it), so a raw score an ulp higher or lower moves its
+    doc's confidence."""
+    edge = raw.astype("float64") - SCORE_TOLERANCE * numpy.maximum(numpy.abs(raw), 1.0)
+    near = edge.astype("f")
+    below = numpy.where(near < edge, near, numpy.nextafter(near, numpy.float32(-numpy.inf)))
+    above = numpy.where(near >= edge, near, numpy.nextafter(near, numpy.float32(numpy.inf)))
+    return numpy.sort(numpy.concatenate([below, above]))
+
+
+@needs_ray
+def test_a_knn_router_writes_the_local_bytes_on_ray(
+    knn_router: Path, tmp_path: Path, local_ray: None
+) -> None:
+    """Issue 65: numpy's BLAS gave a knn score another last bit on a Ray actor
+    (1 thread, OMP_NUM_THREADS=1) than in this process and in `--workers` (all
+    cores, numpy loaded by the fork server), and the doc's confidence another
+    value. The reference here puts every doc's score at a step of its
+    confidence: a score an ulp off shows in the bytes. (OpenBLAS's AVX2 kernels
+    round otherwise on other threads; its AVX-512 ones did not, here.)"""
+    records = [{"id": f"q{i}", "text": text} for i, text in enumerate(texts(200, seed=4))]
+    input_path = write_input(tmp_path, "jsonl", records)
+    options = AnnotateOptions(chunk_size=50)
+    scores: List[numpy.ndarray] = []
+    confidence = textcat_scope.confidence
+
+    def record(fit: Any, method: str, raw: numpy.ndarray) -> numpy.ndarray:
+        scores.append(numpy.asarray(raw, dtype="f"))
+        return confidence(fit, method, raw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(textcat_scope, "confidence", record)
+        annotate(str(knn_router), input_path, tmp_path / "scores.jsonl", options)
+    nlp = spacy.load(knn_router)
+    model = cast(Any, nlp.get_pipe("bert_textcat")).model
+    fit = get_fit(model)
+    assert fit is not None and fit.method == "knn"
+    set_fit(model, replace(fit, reference=knife_edge(numpy.concatenate(scores))))
+    nlp.to_disk(tmp_path / "router")
+    router = str(tmp_path / "router")
+
+    local = tmp_path / "local.jsonl"
+    annotate(router, input_path, local, options)
+    on_ray = tmp_path / "ray.jsonl"
+    annotate_ray(router, input_path, on_ray, options, workers=1)
+    assert on_ray.read_bytes() == local.read_bytes()
+    assert len({row["route"]["confidence"] for row in read_output(local)}) > 100
 
 
 def test_without_ray_the_error_says_what_to_install(
