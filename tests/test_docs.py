@@ -1,4 +1,5 @@
-"""The Python blocks of README.md and docs/*.md run, so the docs cannot drift from the code.
+"""The Python blocks of README.md and docs/*.md run, so the docs cannot drift from the code;
+and the scripts and result files the docs name are in the repository.
 
 Each page's ```python blocks run in order, in one namespace (a later block may use
 what an earlier one made, as a reader following the page would) and in a temporary
@@ -13,12 +14,15 @@ between): that block, run alone with the real encoder, prints exactly that text.
 """
 
 import contextlib
+import fnmatch
+import functools
 import io
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import FrozenSet, Iterator, List, Optional
 
 import pytest
 from helpers import write_tiny_bert
@@ -191,3 +195,165 @@ def test_bench_holds_only_the_scripts_its_readme_names() -> None:
     assert named - present == set(), (
         f"bench/README.md names scripts not in bench/: {named - present}"
     )
+
+
+def test_bench_stays_small() -> None:
+    """At most 20 benchmark scripts: the rest are retired with their commit."""
+    scripts = [p for p in (ROOT / "bench").iterdir() if p.suffix in (".py", ".sh")]
+    assert len(scripts) <= 20, sorted(p.name for p in scripts)
+
+
+# The pages whose figures name the scripts and result files that give them.
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "BENCHMARKS.md",
+    ROOT / "CHANGELOG.md",
+    ROOT / "bench" / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+]
+SCRIPT = re.compile(r"(?<![\w/.-])((?:bench|scripts)/[\w-]+\.(?:py|sh))\b")
+# A script retired from bench/ is named with the commit that holds it.
+RETIRED = re.compile(r"git show\s+([0-9a-f]{7,40}):((?:bench|scripts)/[\w-]+\.(?:py|sh))")
+# A result path, with `{a,b}` alternatives and `*` globs; `<name>` is a template.
+RESULT = re.compile(r"(?<![\w/.-])bench/results/[\w.{},*<>+/-]*")
+
+
+@functools.cache
+def repo_files(root: Path = ROOT) -> FrozenSet[str]:
+    """The files in the repository: git's index, or the folder where git is absent."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+        return frozenset(name for name in listed.split("\0") if name)
+    except (OSError, subprocess.CalledProcessError):
+        return frozenset(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def alternatives(path: str) -> List[str]:
+    """`a{b,c}d` as `abd` and `acd` (nested and repeated braces too)."""
+    match = re.search(r"\{([^{}]*)\}", path)
+    if match is None:
+        return [path]
+    head, tail = path[: match.start()], path[match.end() :]
+    return [out for alt in match.group(1).split(",") for out in alternatives(head + alt + tail)]
+
+
+def missing_scripts(page: Path, files: FrozenSet[str]) -> List[str]:
+    """The scripts the page names that are not in the repository and that the page
+    does not name as retired (`git show COMMIT:bench/NAME.py`)."""
+    text = page.read_text(encoding="utf8")
+    retired = {path for _, path in RETIRED.findall(text)}
+    # `bench/NAME.py` in upper case is a placeholder, not a script
+    named = {name for name in SCRIPT.findall(text) if not Path(name).stem.isupper()}
+    return sorted(name for name in named if name not in files and name not in retired)
+
+
+def missing_results(page: Path, files: FrozenSet[str]) -> List[str]:
+    """The result files (or folders) under bench/results/ the page names that are
+    not in the repository; a pattern must match at least one file."""
+    missing = []
+    for raw in set(RESULT.findall(page.read_text(encoding="utf8"))):
+        named = raw.rstrip(".,;:")
+        if "<" in named or named == "bench/results/":
+            continue  # a template (`speed_<workload>.json`) or the folder itself
+        for path in alternatives(named):
+            if path.endswith("/"):
+                found = any(name.startswith(path) for name in files)
+            elif "*" in path:
+                found = any(fnmatch.fnmatchcase(name, path) for name in files)
+            else:
+                found = path in files
+            if not found:
+                missing.append(path)
+    return sorted(missing)
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_every_script_a_doc_names_exists(page: Path) -> None:
+    assert missing_scripts(page, repo_files()) == []
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_every_results_file_a_doc_names_is_in_the_repo(page: Path) -> None:
+    assert missing_results(page, repo_files()) == []
+
+
+def has_history(root: Path = ROOT) -> bool:
+    try:
+        shallow = subprocess.run(
+            ["git", "rev-parse", "--is-shallow-repository"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return shallow == "false"
+
+
+def retired_not_held(page: Path) -> List[str]:
+    """The `git show COMMIT:PATH` a page gives whose commit does not hold the script."""
+    wrong = []
+    for commit, path in sorted(set(RETIRED.findall(page.read_text(encoding="utf8")))):
+        shown = subprocess.run(
+            ["git", "cat-file", "-e", f"{commit}:{path}"], cwd=ROOT, capture_output=True
+        )
+        if shown.returncode != 0:
+            wrong.append(f"{commit}:{path}")
+    return wrong
+
+
+@pytest.mark.skipif(not has_history(), reason="needs the repository's history")
+@pytest.mark.parametrize("page", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_a_retired_script_is_in_the_commit_its_doc_names(page: Path) -> None:
+    assert retired_not_held(page) == []
+
+
+def test_a_doc_naming_a_missing_script_or_result_fails(tmp_path: Path) -> None:
+    """The two checks above on a page written to fail them, beside names that pass."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Run `python bench/speed.py` and `bash bench/gpu.sh`, then `scripts/one_pass.py`.\n"
+        "`python bench/no_such_script.py` wrote `bench/results/no_such_result.json`.\n"
+        "`bench/old.py` is retired: `git show\n0123abc:bench/old.py`; `bench/NAME.py`.\n"
+        "Results: `bench/results/few_shot_banking77{,_template,_gone}.json`,\n"
+        "`bench/results/speed_<workload>_<precision>.json` (a template),\n"
+        "`bench/results/speed_*_epyc.json`, `bench/results/nothing_*.json`,\n"
+        "`bench/results/one_pass_gpu_h200/` and `bench/results/no_such_folder/`.\n",
+        encoding="utf8",
+    )
+    files = repo_files()
+    assert missing_scripts(page, files) == ["bench/no_such_script.py"]
+    assert missing_results(page, files) == [
+        "bench/results/few_shot_banking77_gone.json",
+        "bench/results/no_such_folder/",
+        "bench/results/no_such_result.json",
+        "bench/results/nothing_*.json",
+    ]
+    with pytest.raises(AssertionError):
+        test_every_script_a_doc_names_exists(page)
+    with pytest.raises(AssertionError):
+        test_every_results_file_a_doc_names_is_in_the_repo(page)
+    if has_history():
+        assert retired_not_held(page) == ["0123abc:bench/old.py"]
+
+
+def test_benchmarks_is_a_results_page() -> None:
+    """BENCHMARKS.md holds the current figures, one table per question; the method
+    and the history are on docs/benchmarks/."""
+    lines = (ROOT / "BENCHMARKS.md").read_text(encoding="utf8").splitlines()
+    assert len(lines) <= 400
+
+
+def test_the_readme_results_are_on_benchmarks() -> None:
+    """Every figure of the README's results has its row in BENCHMARKS.md."""
+    readme = (ROOT / "README.md").read_text(encoding="utf8")
+    start = readme.index("## Results")
+    results = readme[start : readme.index("\n## ", start)]
+    benchmarks = (ROOT / "BENCHMARKS.md").read_text(encoding="utf8")
+    # 1,234 or 0.98x; a share may be written with or without its % sign
+    figures = re.findall(r"(?<![\w.,])\d+(?:,\d{3})*(?:\.\d+)?x?", results)
+    assert len(figures) > 20
+    assert [figure for figure in figures if figure not in benchmarks] == []
