@@ -134,7 +134,7 @@ def held_out_run(
     nlp: Language, held: List[str], test: Rows, before: Optional[List[str]] = None
 ) -> Dict[str, Any]:
     """Add the held-out intents by their names; their recall and the others' accuracy."""
-    from spacy_bert_pipes.pipeline.label_prototypes import name_description
+    from spacy_bert_pipes.pipeline.label_descriptions import name_description
 
     texts = [t for t, _ in test]
     gold = [g for _, g in test]

@@ -13,7 +13,8 @@ import typer
 
 from ..discover.review import review_examples
 from ..io import ConversionError, read_input
-from ..pipeline.label_prototypes import add_labels, read_label_descriptions
+from ..pipeline.label_descriptions import read_label_descriptions
+from ..pipeline.new_labels import add_labels
 from .common import app, fail, overwrite_option, refuse_to_overwrite, text_column_option
 
 

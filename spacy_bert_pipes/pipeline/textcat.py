@@ -2,9 +2,10 @@
 
 One concept: the `bert_textcat` pipe, from its factory and settings through
 training, prediction, routing and scoring; the work it delegates lives beside it
-(`label_prototypes` for labels by description, `textcat_scope` for routing and
-calibration, `textcat_threshold` for choosing the routing threshold,
-`textcat_targets` for gold targets and the loss).
+(`label_prototypes` for labels by description, `new_labels` for labels added
+after training, `textcat_scope` for routing and calibration,
+`textcat_threshold` for choosing the routing threshold, `textcat_targets` for
+gold targets and the loss).
 """
 
 from typing import (
@@ -44,13 +45,9 @@ from .common import (
     own_encoder,
     train_step,
 )
-from .label_prototypes import (
-    Guarding,
-    LabelDescriptions,
-    LabelPrototypes,
-    check_label,
-    read_label_descriptions,
-)
+from .label_descriptions import LabelDescriptions, check_label, read_label_descriptions
+from .label_prototypes import LabelPrototypes
+from .new_labels import Guarding, NewLabels
 from .settings import ConfiguredPipe
 from .textcat_scope import (
     Prepare,
@@ -351,6 +348,12 @@ class BertTextCategorizer(ConfiguredPipe):
         """label -> description phrases (`LabelPrototypes.descriptions`)."""
         return self.prototypes.descriptions()
 
+    @property
+    def new_labels(self) -> NewLabels:
+        """Labels added after training, over the label prototypes and the router
+        (a PrototypeCatModel's component only)."""
+        return NewLabels(self.prototypes, self.router)
+
     def add_described_label(
         self,
         label: str,
@@ -359,52 +362,15 @@ class BertTextCategorizer(ConfiguredPipe):
         guarding: Optional[Guarding] = None,
     ) -> None:
         """Add a label to the initialized (trained) component from its description
-        phrases and optionally a few example docs, without training: it gets
-        predictions next to the trained labels, and its examples join the
-        calibrated out-of-scope fit (`ScopeRouter.add_examples`). On a calibrated
-        router the new label's bias keeps every doc the fit remembers with the
-        label it had, or all but a share `guarding.allowance` of them
-        (`ScopeRouter.remembered`, `guard_bias`); with the nearest-examples
-        term, `guarding.remembered` carries the remembered docs' best logits
-        from one label to the next (give the same Guarding for several labels).
-        With `guarding.scope_correction`, the distances to the examples in a
-        "knn" fit are divided by their reach (`ScopeRouter.example_reach`), so
-        that the new label keeps about as many of its docs in scope as a
-        trained label."""
-        guarding = guarding if guarding is not None else Guarding()
-        router = self.router
-        reach = router.example_reach(len(examples)) if guarding.scope_correction else 1.0
-        vectors = self.prototypes.add_described_label(
-            label,
-            descriptions,
-            examples,
-            reference=router.remembered(),
-            allowance=guarding.allowance,
-            remembered=guarding.remembered,
-        )
-        router.add_examples(vectors, label, reach)
+        phrases and optionally a few example docs, without training, guarded so
+        that the docs the router was fit on keep their labels (`NewLabels.add`)."""
+        self.new_labels.add(label, descriptions, examples, guarding)
 
     def route_by_nearest_examples(self, weight: float) -> int:
         """From now on, predict with the nearest-examples term of `weight`
-        (`example_weight`, docs/discover.md): a label is its prototype and its
-        nearest remembered docs, so a label made of a few examples is those
-        examples, not only their mean. A head that remembers no examples yet
-        takes the training docs its calibrated "knn" fit keeps, with their labels.
-        The setting is the model's `example_weight`: set it in the pipeline's
-        config too (`add_labels` does), or a saved pipeline loads without it.
-
-        RETURNS (int): The number of remembered examples.
-        RAISES (ValueError): no examples and no fit that keeps its docs' labels.
-        """
-        if weight <= 0:
-            raise ValueError(f"the nearest-examples weight must be > 0, got {weight}")
-        prototypes = self.prototypes
-        if not self.exclusive:
-            raise ValueError(
-                f"'{self.name}': the nearest-examples term needs exclusive_classes = true"
-            )
-        router = self.router
-        return prototypes.remember_fit_docs(weight, router.remembered(), router.remembered_labels())
+        (`NewLabels.route_by_nearest_examples`); RETURNS the number of
+        remembered examples."""
+        return self.new_labels.route_by_nearest_examples(weight)
 
     def adapt_to_texts(
         self,
@@ -428,7 +394,7 @@ class BertTextCategorizer(ConfiguredPipe):
             new = read_label_descriptions(self.cfg["label_descriptions"], self.name)
             for label, phrases in new.items():
                 if label not in self.labels:
-                    self.prototypes.add_described_label(label, phrases)
+                    self.new_labels.add_prototype(label, phrases)
 
     # --- routing (pipeline/textcat_scope.py) ----------------------------------
     @property

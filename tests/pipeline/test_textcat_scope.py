@@ -13,7 +13,7 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_bert_pipes.models.heads.scope import SCOPE_ATTR, TEMPERATURE_ATTR, knn_scores
-from spacy_bert_pipes.pipeline.label_prototypes import Guarding
+from spacy_bert_pipes.pipeline.new_labels import Guarding
 from spacy_bert_pipes.pipeline.textcat_scope import calibrate_pipeline
 from spacy_bert_pipes.pipeline.textcat_threshold import sweep_thresholds
 
@@ -365,7 +365,7 @@ def test_nearest_examples_route_by_the_docs_the_fit_remembers(
 
 
 def test_labels_added_in_a_row_guard_as_if_each_came_alone(tiny_bert: Path, tmp_path: Path) -> None:
-    from spacy_bert_pipes.pipeline.label_prototypes import add_labels
+    from spacy_bert_pipes.pipeline.new_labels import add_labels
 
     nlp = trained(tiny_bert, "PrototypeCatModel", oos_method="knn")
     examples = textcat_examples(nlp)
