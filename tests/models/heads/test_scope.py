@@ -1,13 +1,10 @@
 """Out-of-scope scores and temperature scaling: the math against brute force."""
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy
 import pytest
+from blas_threads import needs_openblas, on_avx2_kernels
 from thinc.api import Model
 
 from spacy_bert_pipes.models.heads.scope import (
@@ -261,14 +258,9 @@ def test_a_docs_score_does_not_depend_on_its_batch(method: str, k: int, reach: b
 
 
 # Scores the same docs on 1 and on 2 threads of numpy's OpenBLAS and prints
-# whether their bytes are equal (the threads are set through OpenBLAS's own
-# function, as threadpoolctl does).
+# whether their bytes are equal.
 SCORE_ON_THREADS = """
-import ctypes, glob, os
-import numpy
 from spacy_bert_pipes.models.heads.scope import fit_scope, knn_scores, mahalanobis_scores
-(path,) = glob.glob(os.path.dirname(numpy.__file__) + ".libs/*scipy_openblas*.so*")
-set_threads = ctypes.CDLL(path).scipy_openblas_set_num_threads64_
 rng = numpy.random.default_rng(0)
 X = rng.normal(0, 1, (2000, 48)).astype("f")
 y = numpy.arange(2000) % 7
@@ -290,24 +282,8 @@ print(scores[0] == scores[1])
 """
 
 
-def numpy_openblas() -> bool:
-    """Whether numpy's BLAS is its own OpenBLAS (scipy-openblas, whose threads
-    can be set) on a CPU that can run the AVX2 kernels."""
-    libs = Path(numpy.__file__).parent.with_name("numpy.libs")
-    cpuinfo = Path("/proc/cpuinfo")
-    flags = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
-    return len(list(libs.glob("*scipy_openblas*.so*"))) == 1 and {"avx2", "fma"} <= flags
-
-
-@pytest.mark.skipif(not numpy_openblas(), reason="needs numpy's OpenBLAS and an AVX2 CPU")
+@needs_openblas
 def test_a_docs_score_does_not_depend_on_the_blas_threads() -> None:
-    """OpenBLAS's AVX2 kernels (Haswell, Zen: most AMD EPYCs) round a float32
-    product otherwise on 1 thread than on 2: a Ray actor runs 1
-    (OMP_NUM_THREADS=1), the local engine and its workers all cores. The
-    scores must not see it."""
-    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
-    found = subprocess.run(
-        [sys.executable, "-c", SCORE_ON_THREADS], env=env, capture_output=True, text=True
-    )
-    assert found.returncode == 0, found.stderr
-    assert found.stdout.strip() == "True"
+    """OpenBLAS's AVX2 kernels round a float32 product otherwise on 1 thread
+    than on 2 (`blas_threads`): the scores must not see it."""
+    assert on_avx2_kernels(SCORE_ON_THREADS) == "True"
