@@ -33,6 +33,7 @@ from thinc.types import Floats1d, Floats2d
 
 from ..text.windows import segment_sums
 from ..types import DocEncoding, DocEncodingGrad
+from .fixed_order import ROUNDING_SLACK, fixed_order_dots, top_sums
 from .linear import concat_wordpieces
 
 # A numpy (or cupy) array of any shape: the plain math below takes either.
@@ -252,6 +253,11 @@ def nearest_examples(
     prototype's cosine from `cos` instead (with one example per label, the
     example alone would outweigh the label's description in its prototype).
 
+    A doc's values depend on its vector alone, not on the other docs of its
+    batch nor on the BLAS's threads (`fixed_order`): the float32 product only
+    screens the examples, and those within its rounding bound of a label's
+    `top`-th nearest are computed again in float64 in one fixed order.
+
     Xn (Floats2d): The docs' unit vectors. (batch, nI)
     E (Floats2d): The examples' unit vectors. (n_examples, nI)
     E_label (Floats1d): Each example's label index. (n_examples,)
@@ -261,7 +267,7 @@ def nearest_examples(
     RETURNS (Floats2d): (batch, n_labels)
     """
     xp = get_array_module(cos)
-    n_labels = cos.shape[1]
+    n_docs, n_labels = cos.shape
     ids = (E_label.get() if hasattr(E_label, "get") else numpy.asarray(E_label)).astype("i")
     counts = numpy.bincount(ids, minlength=n_labels)[:n_labels]  # (n_labels,)
     width = max(int(counts.max()), 1)
@@ -269,7 +275,8 @@ def nearest_examples(
     starts = numpy.concatenate([[0], numpy.cumsum(counts)[:-1]])
     index = numpy.full((n_labels, width), -1, dtype="i")  # each label's example rows
     index[ids[order], numpy.arange(len(ids)) - starts[ids[order]]] = order
-    sims = Xn @ E.T  # (batch, n_examples)
+    # the screen: the float32 product, in the BLAS's order (batch, n_examples)
+    sims = Xn @ E.T
     if leave_out is not None:
         own = numpy.asarray(leave_out.get() if hasattr(leave_out, "get") else leave_out)
         rows = numpy.flatnonzero(own >= 0)
@@ -277,11 +284,19 @@ def nearest_examples(
     grid = sims[:, xp.asarray(numpy.maximum(index, 0))]  # (batch, n_labels, width)
     grid = xp.where(xp.asarray(index >= 0)[None], grid, -xp.inf)
     k = min(top, width)
-    best = xp.partition(grid, width - k, axis=2)[:, :, width - k :]  # (batch, n_labels, k)
-    found = xp.isfinite(best)
-    sums = xp.where(found, best, 0.0).sum(axis=2)
-    taken = found.sum(axis=2)  # (batch, n_labels)
-    means = sums / xp.maximum(taken, 1)
+    kth = xp.partition(grid, width - k, axis=2)[:, :, width - k]  # (batch, n_labels)
+    # unit rows: the product's rounding is within width * eps; the examples
+    # that may be among a label's k nearest (-inf: all it has, fewer than k)
+    slack = ROUNDING_SLACK * Xn.shape[1] * float(numpy.finfo("f").eps)
+    labels = xp.asarray(ids)
+    close = xp.isfinite(sims) & (sims >= kth[:, labels] - 2 * slack)
+    rows, cols = xp.nonzero(close)  # (n_pairs,)
+    # those cosines again, each summed in one fixed order, and per doc and
+    # label the k largest, added largest first
+    exact = fixed_order_dots(Xn, rows, E, cols)
+    sums, taken = top_sums(n_docs * n_labels, rows * n_labels + labels[cols], exact, k)
+    taken = taken.reshape(n_docs, n_labels)
+    means = sums.reshape(n_docs, n_labels) / xp.maximum(taken, 1)
     return xp.where(taken >= top, means, cos).astype("f")
 
 

@@ -2,10 +2,12 @@
 (pipeline/pair_batches.py), on small arrays."""
 
 import random
+from typing import Tuple
 
 import numpy
 import pytest
 import spacy
+from blas_threads import needs_openblas, on_avx2_kernels
 from helpers import numeric_grad, unit
 from spacy.training import Example
 from thinc.api import Model, NumpyOps
@@ -151,6 +153,103 @@ def test_nearest_examples_leave_a_doc_out_of_its_own_nearest() -> None:
     # -1: nothing left out
     kept = nearest_examples(E, E, E_label, cos, top=2, leave_out=numpy.full(len(E), -1))
     assert kept[0, 0] == pytest.approx((1.0 + sims[0, 1]) / 2, abs=1e-6)
+
+
+def examples_around(n_labels: int, n: int, width: int) -> Tuple[numpy.ndarray, ...]:
+    """Label centres (n_labels, width), n examples around them (unit rows) and
+    their labels: the last label has a single example (fewer than top: its
+    prototype's cosine), and examples 0 and n_labels - 1 are the same vector."""
+    rng = numpy.random.default_rng(4)
+    centres = unit(rng.normal(size=(n_labels, width)))
+    E_label = numpy.arange(n) % (n_labels - 1)
+    E_label[-1] = n_labels - 1
+    E = unit(centres[E_label] + 0.1 * rng.normal(size=(n, width)))
+    E[n_labels - 1] = E[0]  # a tie
+    return centres, E, E_label.astype("f")
+
+
+@pytest.mark.parametrize("top,leave_out", [(1, False), (3, False), (2, True)])
+def test_a_docs_nearest_examples_do_not_depend_on_its_batch(top: int, leave_out: bool) -> None:
+    """The same docs' term all at once and in batches of 1, 3 and 7 has the
+    same bits: the BLAS rounds a product by the rows it is given (one row is
+    a matrix-vector product) and by its threads, which moved a router's cats
+    between the engines of `annotate`."""
+    centres, E, E_label = examples_around(n_labels=7, n=3000, width=384)
+    docs = unit(
+        centres[E_label[:64].astype("i")] + numpy.random.default_rng(5).normal(size=(64, 384))
+    )
+    X = E[:64] if leave_out else docs
+    own = numpy.arange(len(X)) if leave_out else None
+    cos = X @ centres.T  # (64, 7)
+    near = nearest_examples(X, E, E_label, cos, top, leave_out=own)
+    for size in (1, 3, 7):
+        batches = [
+            nearest_examples(
+                X[i : i + size],
+                E,
+                E_label,
+                cos[i : i + size],
+                top,
+                leave_out=None if own is None else own[i : i + size],
+            )
+            for i in range(0, len(X), size)
+        ]
+        assert numpy.concatenate(batches).tobytes() == near.tobytes(), size
+    # the values: the mean of each label's top cosines (not the doc's own)
+    sims = X.astype("float64") @ E.astype("float64").T
+    if own is not None:
+        sims[own, own] = -numpy.inf
+    for j in range(6):
+        expected = numpy.sort(sims[:, E_label == j], axis=1)[:, -top:].mean(axis=1)
+        assert near[:, j] == pytest.approx(expected, abs=1e-6)
+    if top > 1:  # one example, fewer than top: the prototype's cosine
+        assert near[:, 6].tobytes() == cos[:, 6].tobytes()
+    else:
+        assert near[:, 6] == pytest.approx(sims[:, -1], abs=1e-6)
+    assert nearest_examples(X[:0], E, E_label, cos[:0], top).shape == (0, 7)
+
+
+def test_a_docs_cats_with_nearest_examples_do_not_depend_on_its_batch() -> None:
+    """A router's cats (prototypes and nearest examples) have the same bits
+    whatever the other docs of the batch."""
+    centres, E, E_label = examples_around(n_labels=7, n=3000, width=384)
+    layer = cosine_output(exclusive=True, scale=20.0, nO=7, example_weight=1.0, example_top=2)
+    layer.set_dim("nI", 384)
+    layer.initialize()
+    layer.set_param("W", centres)
+    layer.set_param("E", E)
+    layer.set_param("E_label", E_label)
+    rng = numpy.random.default_rng(6)
+    X = (centres[rng.integers(0, 7, 64)] + rng.normal(size=(64, 384))).astype("f")
+    cats = layer.predict(X)
+    for size in (1, 3, 7):
+        batches = [layer.predict(X[i : i + size]) for i in range(0, len(X), size)]
+        assert numpy.concatenate(batches).tobytes() == cats.tobytes(), size
+
+
+# Each label's term for the same docs on 1 and on 2 threads of numpy's
+# OpenBLAS; prints whether their bytes are equal.
+NEAREST_ON_THREADS = """
+from spacy_bert_pipes.models.heads.prototypes import nearest_examples, unit_with_norms
+rng = numpy.random.default_rng(0)
+E, _ = unit_with_norms(rng.normal(0, 1, (3000, 384)).astype("f"))
+E_label = (numpy.arange(3000) % 7).astype("f")
+docs, _ = unit_with_norms(rng.normal(0, 1, (64, 384)).astype("f"))
+cos = numpy.zeros((64, 7), "f")
+found = []
+for threads in (1, 2):
+    set_threads(threads)
+    found.append(nearest_examples(docs, E, E_label, cos, 2).tobytes())
+print(found[0] == found[1])
+"""
+
+
+@needs_openblas
+def test_a_docs_nearest_examples_do_not_depend_on_the_blas_threads() -> None:
+    """OpenBLAS's AVX2 kernels round a float32 product otherwise on 1 thread
+    than on 2 (`blas_threads`): a Ray actor runs 1, the local engine all
+    cores. The term must not see it."""
+    assert on_avx2_kernels(NEAREST_ON_THREADS) == "True"
 
 
 def test_remember_examples_replaces_by_key_and_skips_unlabelled() -> None:
