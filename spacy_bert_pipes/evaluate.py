@@ -47,7 +47,7 @@ from spacy.training import Corpus, Example
 from .io.docbins import codecs_looked_up_once
 from .pipeline.ner import SCORE_ATTR, BertEntityRecognizer
 from .pipeline.qa import BertQuestionAnswerer
-from .pipeline.textcat import BertTextCategorizer
+from .pipeline.textcat_pipe import BertTextCategorizer
 from .scorers import exact_match, normalize_answer, token_f1
 
 # The scores printed by the command line, in this order: (key, name, percent?).

@@ -16,7 +16,7 @@ from .describe import centroid
 if TYPE_CHECKING:
     from spacy.language import Language
 
-    from ..pipeline.textcat import BertTextCategorizer
+    from ..pipeline.textcat_pipe import BertTextCategorizer
 
 # Routed rows per label embedded for its mean when the OUTPUT has no vectors.
 ROUTED_SAMPLE = 100

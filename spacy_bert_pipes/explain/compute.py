@@ -13,7 +13,7 @@ from ..models.encoder.listener import EncoderListener
 from ..pipeline.encoder import BertEncoderPipe
 from ..pipeline.ner import BertEntityRecognizer
 from ..pipeline.qa import BertQuestionAnswerer
-from ..pipeline.textcat import BertTextCategorizer
+from ..pipeline.textcat_pipe import BertTextCategorizer
 from .attention import AttentionMaps, encoder_attention
 from .page import render
 from .types import EncoderTarget, ExplainError, ExplainResult, WordAttention

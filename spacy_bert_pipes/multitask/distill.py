@@ -84,7 +84,7 @@ class SourceSummary:
 def _kind(pipe: Any) -> Optional[str]:
     from ..pipeline.ner import BertEntityRecognizer
     from ..pipeline.qa import BertQuestionAnswerer
-    from ..pipeline.textcat import BertTextCategorizer
+    from ..pipeline.textcat_pipe import BertTextCategorizer
 
     for kind, cls in (
         ("textcat", BertTextCategorizer),

@@ -3,7 +3,8 @@ model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`
 One concept: a label as a prototype, from its examples and descriptions to its
 vector.
 
-`LabelPrototypes` is what the component owns (`BertTextCategorizer.prototypes`),
+The settings (`PROTOTYPE_SETTINGS`, checked by `check_prototype_settings`) and
+`LabelPrototypes`, what the component owns (`BertTextCategorizer.prototypes`),
 over its model and cfg:
 - `set_prototypes`: each label's prototype from its examples and descriptions,
   the softmax temperature (exclusive) or the per-label cosine thresholds
@@ -41,6 +42,31 @@ from ..models.heads.vector_losses import anchor_to_teacher, contrastive_loss
 from .label_descriptions import name_description, read_label_descriptions
 from .textcat_scope import ScopeRouter
 from .textcat_targets import gold_targets
+
+# The settings of labels from descriptions and few examples, with their defaults.
+PROTOTYPE_SETTINGS: Dict[str, Any] = {
+    "label_descriptions": None,
+    "label_names_as_descriptions": False,
+    "description_template": "{}",
+    "description_weight": 1.0,
+    "similarity_threshold": 0.3,
+    "contrastive_weight": 0.0,
+    "contrastive_temperature": 0.1,
+    "vector_anchor": 0.0,
+}
+
+
+def check_prototype_settings(name: str, cfg: Dict[str, Any], model: Model) -> None:
+    """A clear error for label-prototype settings that cannot work with the
+    component's `model`."""
+    if not float(cfg["vector_anchor"]) >= 0:
+        raise ValueError(f"[components.{name}] vector_anchor must be >= 0: {cfg['vector_anchor']}")
+    if cfg["vector_anchor"] and not model.attrs.get("prototypes", False):
+        raise ValueError(
+            f"[components.{name}] vector_anchor needs a spacy-bert-pipes.PrototypeCatModel.v1 "
+            "model (with a TextCatModel, set vector_anchor on the shared bert_encoder)"
+        )
+
 
 # The softmax scales (1 / temperature) that calibration tries.
 SCALES = tuple(float(s) for s in numpy.geomspace(5.0, 100.0, 25))

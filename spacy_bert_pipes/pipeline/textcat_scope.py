@@ -1,6 +1,7 @@
 """Routing for an exclusive `bert_textcat`: the out-of-scope confidence of each
 doc, the decision (routed, out of scope, ambiguous) written to `doc._.route`,
-and calibration on held-out docs (`bert-pipes calibrate`). The math is
+and calibration on held-out docs (`bert-pipes calibrate`); the settings'
+defaults are `SCOPE_SETTINGS`, checked by `check_scope_settings`. The math is
 `models/heads/scope.py`; this module reads and writes Docs. What each
 oos_threshold does on dev docs (`bert-pipes threshold`) is
 `textcat_threshold.py`.
@@ -57,6 +58,14 @@ DECISIONS = ("routed", "out_of_scope", "ambiguous")
 Prepare = Callable[[List[Doc]], List[Doc]]
 # docs encoded at a time when calibrating
 CALIBRATE_BATCH = 256
+# The settings of out-of-scope detection and abstention (exclusive classes),
+# with their defaults (docs/routing.md).
+SCOPE_SETTINGS: Dict[str, Any] = {
+    "oos_method": "max_prob",
+    "oos_threshold": 0.0,
+    "oos_label": None,
+    "ambiguity_margin": 0.0,
+}
 
 
 class RoutedScores(NamedTuple):

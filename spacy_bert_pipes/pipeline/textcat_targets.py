@@ -1,13 +1,17 @@
 """The training targets of `bert_textcat`: gold `doc.cats`, or a teacher's
-probabilities stored on a distilled corpus (`corpus_attrs.py`), the loss
-weight of each label (the class_weights setting) and the loss itself."""
+probabilities stored on a distilled corpus (`corpus_attrs.py`), the labels and
+their counts in the training examples, the loss weight of each label (the
+class_weights setting) and the loss itself."""
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Set, Tuple, Union
 
 import numpy
 from spacy.training import Example
 
-from ..corpus_attrs import soft_targets
+from ..corpus_attrs import SOURCE_ATTR, soft_targets
+
+# The class_weights setting: none, "balanced", or label -> weight.
+ClassWeights = Optional[Union[Literal["balanced"], Dict[str, float]]]
 
 
 def gold_targets(
@@ -126,6 +130,25 @@ def count_labels(examples: List[Example], labels: Sequence[str]) -> Dict[str, An
                 annotated[label] += 1
                 positives[label] += int(value >= 0.5)
     return {"annotated": annotated, "positives": positives}
+
+
+def labels_of_one_source(examples: Sequence[Example], name: str) -> Set[str]:
+    """Every label in the examples' `cats`, which must come from one corpus:
+    with several (multi-task training), which labels are the component's
+    cannot be told from the docs. `name` is the component's, for messages."""
+    by_source: Dict[Optional[str], Set[str]] = {}
+    for eg in examples:
+        if eg.reference.cats:
+            source = eg.reference._.get(SOURCE_ATTR)
+            by_source.setdefault(source, set()).update(eg.reference.cats)
+    if len(by_source) > 1:
+        sources = ", ".join(sorted(str(source) for source in by_source))
+        raise ValueError(
+            f"'{name}' found doc.cats in the docs of several corpora ({sources}): "
+            f"list its labels in [initialize.components.{name}.labels] (or read "
+            "them with spacy.read_labels.v1), so that it learns only its own"
+        )
+    return set().union(*by_source.values())
 
 
 def class_weights_of(
