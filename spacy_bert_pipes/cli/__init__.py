@@ -6,6 +6,8 @@ from . import (  # noqa: F401
     assemble,
     calibrate,
     convert,
+    convert_ner,
+    convert_qa,
     discover,
     distill,
     evaluate,

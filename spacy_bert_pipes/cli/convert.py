@@ -1,32 +1,30 @@
 """`bert-pipes convert ...`: labelled data files to spaCy `.spacy` files.
 
-One concept: the `convert` command group, a subcommand per data source, each
-thin over `spacy_bert_pipes.convert` (which reads the data and makes the splits).
+The `convert` command group, a subcommand per data source, each thin over
+`spacy_bert_pipes.convert` (which reads the data and makes the splits). Here:
+the group and the text classification sources (textcat, nluplusplus, clinc150,
+banking77-oos, clinc150-discover). The entity source is `convert_ner.py`, the
+question answering ones (squad, restaurant8k) `convert_qa.py`; each registers
+its subcommands on `convert_app` when imported.
 """
 
 import re
-from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import List, Optional
 
 import spacy
 import srsly
 import typer
 from spacy.language import Language
-from spacy.tokens import Doc
 
 from ..convert import (
     CLINC150_SPLITS,
-    NerFileFormat,
     build_banking77_oos,
     build_clinc150_discover,
     nluplusplus_labels,
     read_clinc150,
     read_labels_file,
-    read_ner_docs,
     read_nluplusplus,
-    read_restaurant8k,
-    read_squad,
     read_textcat_rows,
     rows_to_docs,
     write_docbin,
@@ -102,7 +100,7 @@ def convert_textcat_cli(
     `convert clinc150` writes CLINC150's out-of-scope queries: bert_textcat's
     scorer counts such docs as out of scope.
     """
-    nlp = _blank(lang)
+    nlp = blank(lang)
     try:
         # Without a labels file the label set is known only after reading all
         # rows, so they are held in memory: fine for datasets of this size.
@@ -159,7 +157,7 @@ def convert_nluplusplus_cli(
     query without intents gets 0.0 for every label.
     """
     fold_numbers = parse_folds(folds)
-    nlp = _blank(lang)
+    nlp = blank(lang)
     try:
         labels = nluplusplus_labels(folder, domains=(folder.resolve().name, "general"))
         rows = read_nluplusplus(folder, fold_numbers)
@@ -198,7 +196,7 @@ def convert_clinc150_cli(
     queries after the in-scope ones, without a positive label (or with
     --oos-label); bert_textcat's scorer counts those as out of scope.
     """
-    nlp = _blank(lang)
+    nlp = blank(lang)
     try:
         splits = {
             split: read_clinc150(input_path, split, oos_label=oos_label)
@@ -268,7 +266,7 @@ def convert_banking77_oos_cli(
     writes them; banking77_oos.json records the counts, the intents, the seed
     and the sources' sha256.
     """
-    nlp = _blank(lang)
+    nlp = blank(lang)
     try:
         corpus = build_banking77_oos(
             banking77_dir,
@@ -335,7 +333,7 @@ def convert_clinc150_discover_cli(
     traffic. clinc150_discover.json records the counts, the intents, the seed
     and the source's sha256.
     """
-    nlp = _blank(lang)
+    nlp = blank(lang)
     try:
         corpus = build_clinc150_discover(input_path, held_out=held_out, seed=seed)
         for split, rows in (("train", corpus.train), ("val", corpus.val), ("test", corpus.test)):
@@ -367,143 +365,6 @@ def convert_clinc150_discover_cli(
     )
 
 
-@convert_app.command("ner")
-def convert_ner_cli(
-    input_path: Path = typer.Argument(
-        ...,
-        help="A CoNLL file (.txt, .conll, .iob), a .jsonl file of texts with entity "
-        "offsets, or a spaCy v2 .json training file",
-        metavar="INPUT",
-        exists=True,
-        dir_okay=False,
-    ),
-    output_path: Path = typer.Argument(
-        ..., help="The .spacy file to write", dir_okay=False, metavar="OUTPUT"
-    ),
-    file_format: NerFileFormat = typer.Option(
-        "auto",
-        "--format",
-        help="The input format; auto: .jsonl is JSONL, .json is spaCy v2 JSON, anything else CoNLL",
-    ),
-    n_sents: int = typer.Option(
-        0,
-        "--n-sents",
-        min=0,
-        help="CoNLL only: sentences per Doc, never crossing a -DOCSTART- line; "
-        "0 makes one Doc per document (the whole file if it has no -DOCSTART-)",
-    ),
-    lang: str = lang_option("the vocab and tokenizer"),
-) -> None:
-    """Convert named entity data (CoNLL, JSONL or spaCy v2 JSON) for NER.
-
-    CoNLL: one token per line in whitespace-separated columns, the NER tag
-    last (IOB1 or IOB2), blank lines between sentences and -DOCSTART- lines
-    between documents; the Doc text is the tokens joined by spaces. JSONL: one
-    object per line with a "text" and its entities as character offsets on
-    token boundaries, in "entities" (lists of start, end and label) or "spans"
-    (objects with "start", "end" and "label"). spaCy v2 JSON: one Doc per
-    paragraph, with BILUO tags.
-    """
-    nlp = _blank(lang)
-    try:
-        docs = read_ner_docs(input_path, nlp, file_format=file_format, n_sents=n_sents)
-    except ValueError as err:  # the options do not fit the input; nothing is read yet
-        raise typer.BadParameter(str(err), param_hint="--n-sents") from None
-    labels: Counter[str] = Counter()
-    try:
-        n_docs = write_docbin(_count_entities(docs, labels), output_path)
-    except ConversionError as err:
-        fail(str(err))
-    n_ents = sum(labels.values())
-    typer.secho(f"Wrote {n_docs} docs with {n_ents} entities to {output_path}", fg="green")
-    if labels:
-        typer.echo(
-            "Entities per label: " + ", ".join(f"{lb} {n}" for lb, n in sorted(labels.items()))
-        )
-
-
-@convert_app.command("squad")
-def convert_squad_cli(
-    input_path: Path = typer.Argument(
-        ...,
-        help="A JSON file in SQuAD's format (v1.1 or v2.0), e.g. dev-v1.1.json",
-        metavar="INPUT",
-        exists=True,
-        dir_okay=False,
-    ),
-    output_path: Path = typer.Argument(
-        ..., help="The .spacy file to write", dir_okay=False, metavar="OUTPUT"
-    ),
-    articles: Optional[str] = typer.Option(
-        None,
-        "--articles",
-        help="The articles to read by position in the file, 1-based and inclusive, "
-        "e.g. '1-38' or '39-48' (default: all)",
-    ),
-    lang: str = lang_option(),
-) -> None:
-    """Convert SQuAD-format data for extractive question answering.
-
-    Each paragraph becomes a Doc of its context, with its questions in
-    doc._.questions and their reference answers in doc._.gold_answers, keyed
-    by question id. An answer whose answer_start is off is found by its text
-    nearest to it (the count is printed); a v2.0 question marked is_impossible
-    has no answer.
-    """
-    article_range = parse_articles(articles) if articles is not None else None
-    nlp = _blank(lang)
-    stats: Dict[str, int] = {}
-    counts: Counter[str] = Counter()
-    try:
-        docs = read_squad(input_path, nlp, articles=article_range, stats=stats)
-        n_docs = write_docbin(_count_answers(docs, counts), output_path, store_user_data=True)
-    except ConversionError as err:
-        fail(str(err))
-    _report_questions(n_docs, counts, output_path)
-    typer.echo(
-        f"Answers found away from their answer_start: {stats['corrected_offsets']}; "
-        f"trimmed of surrounding whitespace: {stats['trimmed_answers']}"
-    )
-
-
-@convert_app.command("restaurant8k")
-def convert_restaurant8k_cli(
-    input_path: Path = typer.Argument(
-        ...,
-        help="A Restaurant-8k JSON file, e.g. train_0.json or test.json",
-        metavar="INPUT",
-        exists=True,
-        dir_okay=False,
-    ),
-    output_path: Path = typer.Argument(
-        ..., help="The .spacy file to write", dir_okay=False, metavar="OUTPUT"
-    ),
-    lang: str = lang_option(),
-) -> None:
-    """Convert Restaurant-8k span extraction data for question answering.
-
-    Each request becomes a Doc asked one question per slot (people, date,
-    time, first_name, last_name), keyed by the slot name: a labelled slot has
-    its span as the answer, an unlabelled one has no answer.
-    """
-    nlp = _blank(lang)
-    stats: Dict[str, int] = {}
-    counts: Counter[str] = Counter()
-    per_slot: Counter[str] = Counter()
-    try:
-        docs = read_restaurant8k(input_path, nlp, stats=stats)
-        n_docs = write_docbin(
-            _count_answers(docs, counts, per_slot), output_path, store_user_data=True
-        )
-    except ConversionError as err:
-        fail(str(err))
-    _report_questions(n_docs, counts, output_path)
-    typer.echo(
-        "Answers per slot: " + ", ".join(f"{slot} {n}" for slot, n in sorted(per_slot.items()))
-    )
-    typer.echo(f"Spans trimmed of surrounding whitespace: {stats['trimmed_answers']}")
-
-
 def parse_folds(text: str) -> List[int]:
     """Parse a fold selection such as "0-17", "18,19" or "0-3,7".
 
@@ -524,56 +385,14 @@ def parse_folds(text: str) -> List[int]:
     return folds
 
 
-def parse_articles(text: str) -> Tuple[int, int]:
-    """Parse an article selection such as "1-38" or "39-48" (or "7" for one).
-
-    text (str): An article number or an inclusive range, 1-based.
-    RETURNS (Tuple[int, int]): The first and last article.
-    """
-    match = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
-    if match is not None:
-        first, last = int(match[1]), int(match[2] or match[1])
-        if 1 <= first <= last:
-            return first, last
-    raise typer.BadParameter(
-        f"{text!r}: expected an article number or a range like '1-38', counting from 1",
-        param_hint="--articles",
-    )
-
-
-def _blank(lang: str) -> Language:
+def blank(lang: str) -> Language:
+    """The blank pipeline of --lang that a converter tokenizes with."""
     try:
         return spacy.blank(lang)
     except ImportError:
         fail(f"unknown language code {lang!r} (--lang)")
 
 
-def _count_entities(docs: Iterable[Doc], labels: Counter[str]) -> Iterator[Doc]:
-    for doc in docs:
-        labels.update(ent.label_ for ent in doc.ents)
-        yield doc
-
-
-def _count_answers(
-    docs: Iterable[Doc], counts: Counter[str], per_key: Optional[Counter[str]] = None
-) -> Iterator[Doc]:
-    for doc in docs:
-        for key, answers in doc._.gold_answers.items():
-            counts["answerable" if answers else "unanswerable"] += 1
-            if per_key is not None and answers:
-                per_key[key] += 1
-        yield doc
-
-
 def _report(n_docs: int, n_labels: int, output_path: Path, n_oos: Optional[int] = None) -> None:
     oos = "" if n_oos is None else f" ({n_oos} out of scope: no positive label)"
     typer.secho(f"Wrote {n_docs} docs{oos} with {n_labels} labels to {output_path}", fg="green")
-
-
-def _report_questions(n_docs: int, counts: Counter[str], output_path: Path) -> None:
-    n_questions = counts["answerable"] + counts["unanswerable"]
-    typer.secho(
-        f"Wrote {n_docs} docs with {n_questions} questions ({counts['answerable']} "
-        f"answerable, {counts['unanswerable']} unanswerable) to {output_path}",
-        fg="green",
-    )

@@ -9,7 +9,8 @@ from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
-from spacy_bert_pipes.cli.convert import parse_articles, parse_folds
+from spacy_bert_pipes.cli.convert import parse_folds
+from spacy_bert_pipes.cli.convert_qa import parse_articles
 
 # Seen from the project root, the shared data sets are in ../shared/datasets.
 DATASETS = Path(__file__).resolve().parents[3] / "shared" / "datasets"
