@@ -8,8 +8,9 @@ cycles, module sizes, private names and the folders' docstrings.
   ones that keep torch out of `spacy.blank`) and under `if TYPE_CHECKING:`.
 * No module imports a module that imports it back, directly or through others
   (the same imports counted).
-* A module over MAX_LINES lines says in its docstring which one concept it holds
-  ("One concept: ...").
+* No module is over MAX_LINES lines (STYLE.md: past that it holds more than one
+  concern, and splitting it by concern is the mend), but those allowed in
+  OVER_SIZE_FOR_NOW while they wait for their split.
 * No module imports another module's underscore-private names (`from .x import
   _y`, or `x._y` on an imported module).
 * Every package has a docstring naming its concern, and models/ holds at most
@@ -22,9 +23,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spacy_bert_pipes"
 MAX_LINES = 500
-ONE_CONCEPT = "One concept:"
-# Modules allowed over MAX_LINES without a "One concept:" docstring, for now (none).
-OVER_SIZE_FOR_NOW: Set[str] = set()
+# Modules allowed over MAX_LINES for now, each until it is split by concern.
+OVER_SIZE_FOR_NOW: Set[str] = {"pipeline/ner.py", "models/heads/qa.py"}
 MAX_MODELS_MODULES = 10
 # The rooms, lowest floor first. A room imports from lower floors only.
 FLOORS: List[Set[str]] = [
@@ -176,14 +176,12 @@ def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
 
 
 def too_large(path: Path) -> Optional[int]:
-    """The module's length if it is over MAX_LINES and names no concept, else None."""
-    text = path.read_text(encoding="utf8")
-    n_lines = len(text.splitlines())
-    docstring = ast.get_docstring(ast.parse(text)) or ""
-    return n_lines if n_lines > MAX_LINES and ONE_CONCEPT not in docstring else None
+    """The module's length if it is over MAX_LINES, else None."""
+    n_lines = len(path.read_text(encoding="utf8").splitlines())
+    return n_lines if n_lines > MAX_LINES else None
 
 
-def test_large_modules_hold_one_concept() -> None:
+def test_no_module_is_over_max_lines() -> None:
     too_large_modules = []
     for path in MODULES.values():
         relative = path.relative_to(PACKAGE).as_posix()
@@ -191,13 +189,13 @@ def test_large_modules_hold_one_concept() -> None:
         if n_lines is not None and relative not in OVER_SIZE_FOR_NOW:
             too_large_modules.append(f"{relative} ({n_lines} lines)")
     assert not too_large_modules, (
-        f"Modules over {MAX_LINES} lines whose docstring names no '{ONE_CONCEPT}': "
-        f"{', '.join(too_large_modules)}: split them, or say which concept they hold"
+        f"Modules over {MAX_LINES} lines: {', '.join(too_large_modules)}: split each by "
+        "concern, into modules named for what they own"
     )
 
 
 def test_the_allowance_is_still_needed() -> None:
-    # An allowed module that shrank (or gained its docstring) leaves the list.
+    # An allowed module that was split (or shrank) leaves the list.
     for relative in OVER_SIZE_FOR_NOW:
         assert too_large(PACKAGE / relative) is not None, (
             f"{relative} needs no allowance any more: remove it from OVER_SIZE_FOR_NOW"
@@ -272,16 +270,18 @@ def test_imports_under_type_checking_and_in_functions_count() -> None:
     source = PACKAGE / "pipeline" / "textcat_targets.py"
     hidden = (
         source.read_text(encoding="utf8")
-        + "\nif TYPE_CHECKING:\n    from .textcat import BertTextCategorizer\n"
+        + "\nif TYPE_CHECKING:\n    from .textcat_pipe import BertTextCategorizer\n"
         + "\ndef _f() -> None:\n    from ..cli import app  # noqa: F401\n"
     )
     edges = imports("spacy_bert_pipes.pipeline.textcat_targets", hidden)[0]
-    assert "spacy_bert_pipes.pipeline.textcat" in edges and "spacy_bert_pipes.cli" in edges
+    pipe, targets = (
+        "spacy_bert_pipes.pipeline.textcat_pipe",
+        "spacy_bert_pipes.pipeline.textcat_targets",
+    )
+    assert pipe in edges and "spacy_bert_pipes.cli" in edges
     graph = graph_of_package()
-    graph["spacy_bert_pipes.pipeline.textcat_targets"] = edges
-    assert ["spacy_bert_pipes.pipeline.textcat", "spacy_bert_pipes.pipeline.textcat_targets"] in [
-        [m for m in c if m.endswith(("textcat", "textcat_targets"))] for c in cycles(graph)
-    ]
+    graph[targets] = edges
+    assert any({pipe, targets} <= set(component) for component in cycles(graph))
     assert any("'pipeline' may not import 'cli'" in line for line in upward(graph))
 
 

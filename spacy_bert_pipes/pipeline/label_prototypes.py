@@ -1,7 +1,6 @@
 """Labels defined by descriptions and a few examples, for a `bert_textcat` whose
-model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`).
-One concept: a label as a prototype, from its examples and descriptions to its
-vector.
+model is a `spacy-bert-pipes.PrototypeCatModel.v1` (`models/heads/prototypes.py`):
+a label as a prototype, from its examples and descriptions to its vector.
 
 The settings (`PROTOTYPE_SETTINGS`, checked by `check_prototype_settings`) and
 `LabelPrototypes`, what the component owns (`BertTextCategorizer.prototypes`),
