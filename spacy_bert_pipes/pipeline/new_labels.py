@@ -72,14 +72,10 @@ class NewLabels:
         return self.prototypes.name
 
     def add(
-        self,
-        label: str,
-        descriptions: Sequence[str],
-        examples: Sequence[Doc] = (),
-        guarding: Optional[Guarding] = None,
+        self, label: str, descriptions: Sequence[str], examples: Sequence[Doc], guarding: Guarding
     ) -> None:
-        """Add a label from its description phrases and optionally a few example
-        docs, without training: it gets predictions next to the trained labels,
+        """Add a label from its description phrases and a few example docs (or
+        none), without training: it gets predictions next to the trained labels,
         and its examples join the calibrated out-of-scope fit
         (`ScopeRouter.add_examples`). On a calibrated router the new label's bias
         keeps every doc the fit remembers with the label it had, or all but a
@@ -91,7 +87,6 @@ class NewLabels:
         fit are divided by their reach (`ScopeRouter.example_reach`), so that
         the new label keeps about as many of its docs in scope as a trained
         label."""
-        guarding = guarding if guarding is not None else Guarding()
         router = self.router
         reach = router.example_reach(len(examples)) if guarding.scope_correction else 1.0
         vectors = self.add_prototype(
@@ -271,20 +266,13 @@ class NewLabels:
 
 class DescribedLabels(Protocol):
     """What `add_labels` needs of a component: a `bert_textcat`'s labels and
-    `add_described_label`."""
+    its `NewLabels`."""
 
     @property
     def labels(self) -> Tuple[str, ...]: ...
 
-    def add_described_label(
-        self,
-        label: str,
-        descriptions: Sequence[str],
-        examples: Sequence[Doc] = (),
-        guarding: Optional[Guarding] = None,
-    ) -> None: ...
-
-    def route_by_nearest_examples(self, weight: float) -> int: ...
+    @property
+    def new_labels(self) -> NewLabels: ...
 
 
 def add_labels(
@@ -326,11 +314,11 @@ def add_labels(
     if known:
         raise ValueError(f"'{component}' already has the label(s) {known}")
     if nearest_examples > 0:
-        pipe.route_by_nearest_examples(nearest_examples)
+        pipe.new_labels.route_by_nearest_examples(nearest_examples)
         # a setting of the model's config: a loaded pipeline takes it from there
         nlp.get_pipe_config(component)["model"]["example_weight"] = float(nearest_examples)
     guarding = Guarding(allowance, scope_correction)  # one for all: its logits carry over
     for label in new:
         docs = [nlp.make_doc(text) for text in examples.get(label, [])]
-        pipe.add_described_label(label, descriptions.get(label, []), docs, guarding)
+        pipe.new_labels.add(label, descriptions.get(label, []), docs, guarding)
     return new

@@ -179,7 +179,7 @@ class BertTextCategorizer(ConfiguredPipe):
         """Add a label to the initialized (trained) component from its description
         phrases and optionally a few example docs, without training, guarded so
         that the docs the router was fit on keep their labels (`NewLabels.add`)."""
-        self.new_labels.add(label, descriptions, examples, guarding)
+        self.new_labels.add(label, descriptions, examples, guarding or Guarding())
 
     def route_by_nearest_examples(self, weight: float) -> int:
         """From now on, predict with the nearest-examples term of `weight`
