@@ -11,8 +11,8 @@ from thinc.api import Config, Model, Optimizer
 from thinc.types import Floats2d, Ints1d, Ints2d
 
 from ..models.encoder.loaders import HFCheckpointLoader
-from ..models.heads.qa import DocQAScores, QABatch, QAQuery
 from ..models.heads.qa_decode import answer_chars, decode_batch, softmax, window_targets
+from ..models.heads.qa_types import DocQAScores, QABatch, QAQuery
 from ..models.heads.slots import is_slot_model, set_questions
 from ..scorers import answers_of
 from .common import (

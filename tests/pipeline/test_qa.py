@@ -271,7 +271,7 @@ def test_question_without_wordpieces_is_a_clear_error(
     """Characters the tokenizer drops (zero-width spaces, NUL, control characters,
     lone combining marks) are no question: answered, it would be [CLS] [SEP]
     context, as if nothing had been asked."""
-    from spacy_bert_pipes.models.heads.qa import QAQuery
+    from spacy_bert_pipes.models.heads.qa_types import QAQuery
     from spacy_bert_pipes.models.text.tokens import tokenize
     from spacy_bert_pipes.pipeline.common import own_encoder
 

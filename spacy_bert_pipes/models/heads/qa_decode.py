@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 import numpy
 from thinc.types import Ints1d, Ints2d
 
-from .qa import DocQAScores, QABatch, WindowLogits
+from .qa_types import DocQAScores, QABatch, WindowLogits
 
 
 def window_targets(

@@ -23,7 +23,7 @@ from thinc.api import Model, glorot_uniform_init
 from thinc.types import Floats1d, Floats2d, Ints1d, Ints2d
 
 from ..types import DocEncoding, DocEncodingGrad
-from .qa import DocQAScores, QAQuery, WindowLogits
+from .qa_types import DocQAScores, QAQuery, WindowLogits
 
 # The attr holding the fixed questions, in the order of the scorers' rows: set
 # by `bert_qa` in `initialize` and saved with the weights (the rows are learned).

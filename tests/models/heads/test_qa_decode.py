@@ -4,7 +4,6 @@ per question as Hugging Face's pipeline scores them, and for a whole batch."""
 import numpy
 import pytest
 
-from spacy_bert_pipes.models.heads.qa import DocQAScores, QABatch, WindowLogits
 from spacy_bert_pipes.models.heads.qa_decode import (
     SpanCandidates,
     answer_chars,
@@ -13,6 +12,7 @@ from spacy_bert_pipes.models.heads.qa_decode import (
     decode_question,
     window_targets,
 )
+from spacy_bert_pipes.models.heads.qa_types import DocQAScores, QABatch, WindowLogits
 
 
 def test_answer_pieces_and_window_targets() -> None:

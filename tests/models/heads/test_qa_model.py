@@ -9,7 +9,8 @@ import spacy
 
 from spacy_bert_pipes.models.encoder.bert import BertEncoder
 from spacy_bert_pipes.models.encoder.loaders import HFCheckpoint
-from spacy_bert_pipes.models.heads.qa import QAModel, QAQuery, window_groups
+from spacy_bert_pipes.models.heads.qa import QAModel, window_groups
+from spacy_bert_pipes.models.heads.qa_types import QAQuery
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
