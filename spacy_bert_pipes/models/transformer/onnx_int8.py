@@ -66,6 +66,14 @@ class Int8Module(torch.nn.Module):
         self.input_names = input_names
         self._sessions: Dict[int, Any] = {}
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """Copies and pickles (a frozen copy of the encoder for `vector_anchor`,
+        `nlp.pipe(n_process=...)`) carry the graph, not its sessions, which
+        cannot be copied: each copy opens its own on first use."""
+        state = dict(super().__getstate__())
+        state["_sessions"] = {}
+        return state
+
     @classmethod
     def build(cls, module: TransformerModule) -> "Int8Module":
         """Export `module` (on the CPU, in eval mode) and quantize it."""

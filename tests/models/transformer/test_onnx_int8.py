@@ -197,3 +197,18 @@ def test_quantizing_keeps_the_log_quiet_and_other_records_pass(tiny_bert, caplog
     assert not any("pre-processing" in message for message in messages)
     assert "a warning of the user's own" in messages
     assert onnx_int8._drop_preprocessing_advice not in logging.getLogger().filters
+
+
+def test_a_copy_or_pickle_carries_the_graph_and_opens_its_own_session(tiny_bert):
+    """A frozen copy of an encoder that has predicted in int8 (vector_anchor's
+    teacher) copied its ONNX Runtime session, which cannot be copied."""
+    import copy
+    import pickle
+
+    int8 = Int8Module.build(module(tiny_bert))
+    inputs = batch(3)
+    before = int8(*inputs)  # opens a session
+    for other in (copy.deepcopy(int8), pickle.loads(pickle.dumps(int8))):
+        assert other._sessions == {}
+        torch.testing.assert_close(other(*inputs), before)
+    assert int8._sessions  # the original keeps its own
