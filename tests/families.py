@@ -12,6 +12,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from helpers import NER_TEXTS, TRAIN_TEXTS, WORDS
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 # The families of the README's "any BERT-family checkpoint", and the newer one.
 FAMILIES = (
@@ -53,16 +62,6 @@ def _alphabet() -> List[str]:
 
 
 def _wordpiece(lowercase: bool) -> Tuple[Any, Dict[str, str]]:
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
-
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)
@@ -85,8 +84,6 @@ def _wordpiece(lowercase: bool) -> Tuple[Any, Dict[str, str]]:
 
 
 def _byte_bpe() -> Tuple[Any, Dict[str, str]]:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -117,16 +114,6 @@ def _unigram(
     """A SentencePiece-style unigram tokenizer (Metaspace pre-tokenizer, "▁"
     word starts) with the given special tokens, in order from id 0, and pair
     template (single, pair)."""
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
-
     tok = Tokenizer(models.Unigram())
     steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
     if lowercase:
