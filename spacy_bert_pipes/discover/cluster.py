@@ -474,6 +474,15 @@ def cluster_pool(
     return labels, found
 
 
+def require_kmeans(clusters: Union[int, str]) -> None:
+    """Raise the ImportError that says what to install when `clusters` asks for
+    k-means (auto or K) and scikit-learn is missing: before any work is done."""
+    import importlib.util
+
+    if parse_clusters(clusters) != DENSITY and importlib.util.find_spec("sklearn") is None:
+        raise ImportError(KMEANS_NEEDS)
+
+
 def parse_clusters(value: Union[int, str]) -> Union[int, str]:
     """`--clusters` checked: "auto", "density", or a whole number K >= 1."""
     if isinstance(value, str) and value in (AUTO, DENSITY):

@@ -22,7 +22,7 @@ import numpy
 
 from ..io.errors import ConversionError
 from ..similar import unit_rows
-from .cluster import DEFAULT_CLUSTERS, NOISE, cluster_pool, parse_clusters
+from .cluster import DEFAULT_CLUSTERS, NOISE, cluster_pool, parse_clusters, require_kmeans
 from .describe import (
     NEAR_COSINE,
     centroid,
@@ -164,9 +164,11 @@ def discover(
     text_column, id_column: The columns of `texts` (as `bert-pipes annotate`).
     progress (bool): Show progress bars.
     RETURNS (Discovery): The clusters, each doc's cluster and a summary.
-    RAISES (ConversionError): A bad row, named; (ValueError): bad settings.
+    RAISES (ConversionError): A bad row, named; (ValueError): bad settings;
+        (ImportError): k-means asked for without scikit-learn, before any work.
     """
     how = parse_clusters(clusters)
+    require_kmeans(how)
     if min_cluster_size < 2:
         raise ValueError(f"--min-cluster-size must be at least 2: {min_cluster_size}")
     if not 0 <= below <= 1:

@@ -226,3 +226,26 @@ def test_representatives_are_nearest_the_centre_in_the_prototypes_space(
         assert [r["text"] for r in cluster.representatives] == [texts[i] for i in nearest]
         reordered += nearest != [0, 1, 2]
     assert reordered  # the column's space alone would have kept the members' order
+
+
+def test_k_means_without_scikit_learn_says_what_to_install_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline named does not exist and the annotations are empty: the
+    message is about scikit-learn, so it came before either was read."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "sklearn" else find_spec(name, *a),
+    )
+    (tmp_path / "routed.jsonl").write_text("", encoding="utf8")
+    args = ["discover", str(tmp_path / "routed.jsonl"), str(tmp_path / "out")]
+    result = runner.invoke(app, args + ["--pipeline", str(tmp_path / "no-pipeline")])
+    assert result.exit_code != 0
+    said = " ".join(result.output.split())
+    assert "needs scikit-learn: pip install 'spacy-bert-pipes[discover]'" in said
+    density = runner.invoke(app, args + ["--clusters", "density"])
+    assert "scikit-learn" not in density.output
