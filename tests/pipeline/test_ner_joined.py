@@ -10,7 +10,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from spacy_bert_pipes.pipeline import ner as ner_module
+from spacy_bert_pipes.pipeline import ner_pipe as ner_module
 from spacy_bert_pipes.pipeline.joined import joined_examples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
