@@ -1,4 +1,5 @@
-"""Tiny random checkpoints of every encoder family the README promises, built offline.
+"""Tiny random checkpoints of every encoder family the README promises, built offline,
+and a pipeline of every component on one (`family_pipeline`).
 
 Each family's tokenizer is trained in the test on a few hundred short texts with
 the algorithm its real checkpoints use (WordPiece, byte-level BPE, SentencePiece
@@ -11,7 +12,10 @@ import string
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from helpers import NER_TEXTS, TRAIN_TEXTS, WORDS
+import spacy
+from helpers import NER_TEXTS, TRAIN_TEXTS, WORDS, loader_config
+from spacy.language import Language
+from spacy.training import Example
 from tokenizers import (
     Tokenizer,
     decoders,
@@ -40,6 +44,8 @@ EMBEDDING = 16  # ALBERT's and ELECTRA's embedding size, below HIDDEN
 MAX_POSITIONS = 128
 
 HEADS = ("sequence", "token", "qa")
+QUESTION = "Who is in Paris?"
+SMALL = {"max_length": 16, "stride": 4, "max_batch_tokens": 256}
 
 
 def corpus() -> List[str]:
@@ -296,3 +302,32 @@ def write_family(
                     param.normal_(0.0, 1.0)
     model.save_pretrained(path, safe_serialization=True)
     return path
+
+
+def labelled(nlp: Language, questions: bool = True) -> List[Example]:
+    cats = [{"card": 1.0, "other": 0.0}, {"card": 0.0, "other": 1.0}]
+    examples = []
+    for i, (text, ents) in enumerate(NER_TEXTS):
+        doc = nlp.make_doc(text.title())
+        entities = [(s, e, label) for s, e, label in ents]
+        example = Example.from_dict(doc, {"entities": entities, "cats": cats[i % 2]})
+        if questions:
+            example.reference._.questions = {"who": QUESTION}
+        examples.append(example)
+    return examples
+
+
+def family_pipeline(path: Path) -> Language:
+    """bert_textcat and bert_ner (case embeddings) listening to a shared encoder,
+    bert_qa on its own, all from `path`, initialized."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("bert_encoder", config={"model": dict(SMALL, case_embeddings=True)})
+    listener = {"@architectures": "spacy-bert-pipes.EncoderListener.v1"}
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener}})
+    nlp.add_pipe("bert_ner", config={"model": {"encoder": listener}})
+    qa_model = {"encoder": SMALL, "max_seq_len": 24, "doc_stride": 4, "max_question_len": 8}
+    nlp.add_pipe("bert_qa", config={"model": qa_model, "questions": {"who": QUESTION}})
+    for name in ("bert_encoder", "bert_qa"):
+        nlp.config["initialize"]["components"][name] = loader_config(path)
+    nlp.initialize(lambda: labelled(nlp))
+    return nlp

@@ -9,7 +9,10 @@ tokenizer trained here:
 - textcat and NER (case embeddings, at the checkpoint's embedding size) listening to a
   shared encoder, and QA on its own, train, predict on long docs (strided windows),
   round-trip through to_disk / spacy.load, and predict in int8 and bf16;
-- `spacy train` runs configs/ner.cfg and configs/qa.cfg as shipped.
+- `spacy train` runs the shipped configs (`TRAINED`);
+- frozen bottom layers, own top layers (branches) and attention pictures of pairs;
+- `annotate` writes the same bytes locally and with two workers (XLM-R; the Ray
+  engine: tests/annotate/test_ray.py).
 """
 
 from pathlib import Path
@@ -19,9 +22,16 @@ import numpy
 import pytest
 import spacy
 import torch
-from annotate_helpers import needs_ray
-from families import FACTORIZED, FAMILIES, write_family
-from helpers import NER_TEXTS, hf_first_piece_probs, loader_config
+from families import (
+    FACTORIZED,
+    FAMILIES,
+    QUESTION,
+    SMALL,
+    family_pipeline,
+    labelled,
+    write_family,
+)
+from helpers import hf_first_piece_probs, loader_config
 from numpy.testing import assert_allclose
 from spacy.language import Language
 from spacy.training import Example
@@ -35,8 +45,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEXT = "John Smith is in Paris, my card did not arrive!"
 LONG = " ".join(["John Smith is in Paris with my card."] * 8)
-QUESTION = "Who is in Paris?"
-SMALL = {"max_length": 16, "stride": 4, "max_batch_tokens": 256}
 
 Build = Callable[..., Path]
 
@@ -198,35 +206,6 @@ def test_an_imported_qa_head_answers_what_transformers_answers(family: str, buil
         assert scores == pytest.approx([a["score"] for a in theirs], abs=1e-5)
 
 
-def labelled(nlp: Language, questions: bool = True) -> List[Example]:
-    cats = [{"card": 1.0, "other": 0.0}, {"card": 0.0, "other": 1.0}]
-    examples = []
-    for i, (text, ents) in enumerate(NER_TEXTS):
-        doc = nlp.make_doc(text.title())
-        entities = [(s, e, label) for s, e, label in ents]
-        example = Example.from_dict(doc, {"entities": entities, "cats": cats[i % 2]})
-        if questions:
-            example.reference._.questions = {"who": QUESTION}
-        examples.append(example)
-    return examples
-
-
-def family_pipeline(path: Path) -> Language:
-    """bert_textcat and bert_ner (case embeddings) listening to a shared encoder,
-    bert_qa on its own, all from `path`, initialized."""
-    nlp = spacy.blank("en")
-    nlp.add_pipe("bert_encoder", config={"model": dict(SMALL, case_embeddings=True)})
-    listener = {"@architectures": "spacy-bert-pipes.EncoderListener.v1"}
-    nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener}})
-    nlp.add_pipe("bert_ner", config={"model": {"encoder": listener}})
-    qa_model = {"encoder": SMALL, "max_seq_len": 24, "doc_stride": 4, "max_question_len": 8}
-    nlp.add_pipe("bert_qa", config={"model": qa_model, "questions": {"who": QUESTION}})
-    for name in ("bert_encoder", "bert_qa"):
-        nlp.config["initialize"]["components"][name] = loader_config(path)
-    nlp.initialize(lambda: labelled(nlp))
-    return nlp
-
-
 def predictions(nlp: Language) -> List[Dict[str, Any]]:
     out = []
     for doc in nlp.pipe([TEXT, LONG, ""]):
@@ -298,8 +277,20 @@ def write_corpus(nlp: Language, path: Path, questions: bool) -> Path:
 
 SMALL_QA = {"max_seq_len": 40, "doc_stride": 8, "max_question_len": 16}
 ROOT = Path(__file__).parent.parent
-# Every shipped config but the one on spacy-transformers' encoder.
-CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.cfg") if p.name != "textcat_trf.cfg")
+# The shipped configs whose encoder paths differ: case embeddings (ner), pairs
+# (qa), a shared encoder with branches, slots and vectors (multitask: its heads are
+# textcat's, textcat_multilabel's and qa_slots'), label prototypes (route: also
+# textcat_fewshot's model). Every family trains each; the other configs (but the
+# one on spacy-transformers' encoder) train on BERT.
+FAMILY_CONFIGS = ("ner.cfg", "qa.cfg", "multitask.cfg", "route.cfg")
+OTHER_CONFIGS = sorted(
+    p.name
+    for p in (ROOT / "configs").glob("*.cfg")
+    if p.name not in FAMILY_CONFIGS and p.name != "textcat_trf.cfg"
+)
+TRAINED = [(f, c) for f in FAMILIES for c in FAMILY_CONFIGS] + [
+    ("bert-uncased", c) for c in OTHER_CONFIGS
+]
 
 
 def small_overrides(config_name: str) -> Dict[str, Any]:
@@ -320,8 +311,7 @@ def small_overrides(config_name: str) -> Dict[str, Any]:
     return {"corpora": corpora, **overrides}
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family,config", TRAINED)
 def test_spacy_train_runs_the_shipped_config(
     family: str, config: str, build: Build, tmp_path: Path
 ) -> None:
@@ -407,26 +397,6 @@ def test_two_workers_write_the_local_engines_bytes(
 
     output = tmp_path / "workers.jsonl"
     run(engines_run["pipeline"], engines_run["input"], output, **engines_run["options"], workers=2)
-    assert output.read_bytes() == engines_run["local"]
-
-
-@needs_ray
-@pytest.mark.xdist_group("ray")  # one local Ray at a time on the machine (make test -n 2)
-def test_ray_writes_the_local_engines_bytes(engines_run: Dict[str, Any], tmp_path: Path) -> None:
-    import logging
-
-    import ray
-
-    from spacy_bert_pipes.annotate import AnnotateOptions
-    from spacy_bert_pipes.annotate.ray import annotate_ray
-
-    ray.init("local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    try:
-        output = tmp_path / "ray.jsonl"
-        options = AnnotateOptions(**engines_run["options"])
-        annotate_ray(engines_run["pipeline"], engines_run["input"], output, options, workers=2)
-    finally:
-        ray.shutdown()
     assert output.read_bytes() == engines_run["local"]
 
 

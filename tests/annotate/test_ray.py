@@ -322,6 +322,30 @@ def test_a_knn_router_writes_the_local_bytes_on_ray(
     assert len({row["route"]["confidence"] for row in read_output(local)}) > 100
 
 
+@pytest.fixture(scope="module")
+def xlm_r_pipeline(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Textcat and NER (case embeddings) on a shared encoder and QA on its own,
+    from a tiny XLM-R (SentencePiece, </s></s> pairs, one segment)."""
+    from families import family_pipeline, write_family
+
+    folder = tmp_path_factory.mktemp("xlm_r")
+    family_pipeline(write_family("xlm-roberta", folder / "checkpoint")).to_disk(folder / "nlp")
+    return str(folder / "nlp")
+
+
+@needs_ray
+def test_an_xlm_r_pipeline_writes_the_local_bytes_on_ray(
+    xlm_r_pipeline: str, tmp_path: Path, local_ray: None
+) -> None:
+    """The family matrix (tests/test_families.py) on the Ray engine."""
+    rows = [{"id": f"x{i}", "text": text.title()} for i, text in enumerate(texts(24, seed=5))]
+    input_path = write_input(tmp_path, "jsonl", rows)
+    options = AnnotateOptions(batch_size=4, chunk_size=8, precision="fp32")
+    annotate(xlm_r_pipeline, input_path, tmp_path / "local.jsonl", options)
+    annotate_ray(xlm_r_pipeline, input_path, tmp_path / "ray.jsonl", options, workers=1)
+    assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+
+
 def test_without_ray_the_error_says_what_to_install(
     pipeline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
