@@ -45,6 +45,16 @@ MAX_POSITIONS = 128
 
 HEADS = ("sequence", "token", "qa")
 QUESTION = "Who is in Paris?"
+# The special tokens of RoBERTa's and XLM-R's tokenizers.
+ROBERTA_NAMES = {
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "sep_token": "</s>",
+    "cls_token": "<s>",
+    "unk_token": "<unk>",
+    "pad_token": "<pad>",
+    "mask_token": "<mask>",
+}
 SMALL = {"max_length": 16, "stride": 4, "max_batch_tokens": 256}
 
 
@@ -103,15 +113,7 @@ def _byte_bpe() -> Tuple[Any, Dict[str, str]]:
     tok.post_processor = processors.RobertaProcessing(
         sep=("</s>", 2), cls=("<s>", 0), trim_offsets=True, add_prefix_space=False
     )
-    return tok, {
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "sep_token": "</s>",
-        "cls_token": "<s>",
-        "unk_token": "<unk>",
-        "pad_token": "<pad>",
-        "mask_token": "<mask>",
-    }
+    return tok, dict(ROBERTA_NAMES)
 
 
 def _unigram(
@@ -173,15 +175,7 @@ def write_tokenizer(family: str, path: Path) -> Any:
         tok, names = _byte_bpe()
         tokenizer = RobertaTokenizerFast(tokenizer_object=tok, **names)
     elif family == "xlm-roberta":
-        names = {
-            "bos_token": "<s>",
-            "eos_token": "</s>",
-            "sep_token": "</s>",
-            "cls_token": "<s>",
-            "unk_token": "<unk>",
-            "pad_token": "<pad>",
-            "mask_token": "<mask>",
-        }
+        names = dict(ROBERTA_NAMES)
         template = ("<s>:0 $A:0 </s>:0", "<s>:0 $A:0 </s>:0 </s>:0 $B:0 </s>:0")
         specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
         tok, names = _unigram(specials, names, template, lowercase=False)
