@@ -157,8 +157,6 @@ def test_an_imported_sequence_head_predicts_what_transformers_predicts(
 
 
 def imported_activation(path: Path) -> str:
-    from spacy_bert_pipes.models.encoder.loaders import HFCheckpoint
-
     head = HFCheckpoint(str(path)).sequence_classifier()
     assert head is not None
     return head.pooler_activation

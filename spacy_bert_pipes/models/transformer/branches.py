@@ -18,6 +18,8 @@ import torch
 # "additive": BERT-style stacks take (batch, 1, 1, length) additive masks;
 # "ones": DeBERTa's (and eager DistilBERT's) take the (batch, length) mask of ones.
 _MASK_ATTR = "bert_pipes_mask"
+# Whether the copy is DistilBERT's stack, which names its arguments otherwise.
+_DISTILBERT_ATTR = "bert_pipes_distilbert"
 
 
 def checkpoint_name(transformer: torch.nn.Module) -> str:
@@ -63,6 +65,7 @@ def copy_top_layers(transformer: torch.nn.Module, own_layers: int) -> torch.nn.M
     branch = copy.deepcopy(stack)
     branch.layer = torch.nn.ModuleList(list(branch.layer)[len(layers) - own_layers :])
     setattr(branch, _MASK_ATTR, mask)
+    setattr(branch, _DISTILBERT_ATTR, config.model_type == "distilbert")
     return branch
 
 
@@ -77,8 +80,7 @@ def run_branch(
     else:
         dtype = hidden.dtype
         mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-    # DistilBERT's stack names its input x and its mask attn_mask; the others
-    # take (hidden_states, attention_mask)
-    if type(branch).__name__ == "Transformer":
-        return branch(x=hidden, attn_mask=mask, head_mask=[None] * len(branch.layer))[0]
+    if getattr(branch, _DISTILBERT_ATTR, False):
+        # DistilBERT's stack names its mask attn_mask and wants a head mask per layer
+        return branch(hidden, attn_mask=mask, head_mask=[None] * len(branch.layer))[0]
     return branch(hidden, attention_mask=mask)[0]
