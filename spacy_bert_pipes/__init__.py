@@ -1,12 +1,13 @@
 """spacy-bert-pipes: BERT components for spaCy.
 
 Importing the package registers the factories (`bert_encoder`, `bert_textcat`,
-`bert_ner`, `bert_qa`, `bert_vectors`) and the architectures, loaders and scorers;
+`bert_ner`, `bert_qa`, `bert_vectors`) and the architectures, loaders, scorers
+and the training logger;
 spaCy also finds them through the package's entry points. torch and transformers
 are imported only when a component is built.
 """
 
-from . import scorers
+from . import scorers, training_log
 from .about import __version__
 from .models.encoder import bert, listener, loaders, trf
 from .models.heads import linear, prototypes
@@ -38,5 +39,6 @@ __all__ = [
     "pair_batches",
     "prototypes",
     "scorers",
+    "training_log",
     "trf",
 ]

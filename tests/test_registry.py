@@ -14,6 +14,7 @@ REGISTRIES = {
     "spacy_scorers": registry.scorers,
     "spacy_readers": registry.readers,
     "spacy_batchers": registry.batchers,
+    "spacy_loggers": registry.loggers,
 }
 
 
@@ -51,7 +52,7 @@ def test_every_registered_name_has_an_entry_point() -> None:
     declared = {name for names in entry_points().values() for name in names}
     ours = set()
     registries = (registry.architectures, registry.misc, registry.scorers, registry.readers)
-    for reg in registries + (registry.batchers,):
+    for reg in registries + (registry.batchers, registry.loggers):
         ours |= {n for n in reg.get_all() if n.startswith("spacy-bert-pipes.")}
     ours |= {n for n in spacy.Language.factories if n.startswith("bert_")}
     assert ours <= declared, ours - declared
