@@ -30,10 +30,14 @@ def train_steps_cli(
         steps = training_steps(count_docs(corpus), epochs=epochs, batch_size=batch_size)
     except ConversionError as err:
         fail(str(err))
+    # what the options mean, on stderr, one short line each: a terminal shows
+    # them above the options, and $(...) takes stdout's one line alone
     typer.echo(
-        f"{corpus}: {steps.n_docs} docs, {steps.eval_frequency} steps of {batch_size} an "
-        f"epoch; {epochs} epochs: {steps.max_steps} steps, the dev set scored every "
-        f"{steps.eval_frequency} (the last step included), {steps.warmup_steps} warm-up steps",
+        f"{corpus}: {steps.n_docs} docs, {steps.eval_frequency} steps of {batch_size} an epoch\n"
+        f"  {epochs} epochs: {steps.max_steps} steps (max_steps)\n"
+        f"  the dev set scored every {steps.eval_frequency} steps, the last included "
+        "(eval_frequency)\n"
+        f"  {steps.warmup_steps} warm-up steps (warmup_steps)",
         err=True,
     )
     typer.echo(" ".join(steps.overrides()))

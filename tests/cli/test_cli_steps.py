@@ -18,7 +18,14 @@ def test_train_steps_prints_the_spacy_train_options(tmp_path):
         "--training.max_steps 16 --training.eval_frequency 4 "
         "--training.optimizer.learn_rate.warmup_steps 1"
     )
-    assert "100 docs, 4 steps of 32 an epoch; 4 epochs: 16 steps" in result.stderr
+    # what they mean: a line each, short enough for a terminal, ended
+    assert result.stderr.splitlines() == [
+        f"{corpus}: 100 docs, 4 steps of 32 an epoch",
+        "  4 epochs: 16 steps (max_steps)",
+        "  the dev set scored every 4 steps, the last included (eval_frequency)",
+        "  1 warm-up steps (warmup_steps)",
+    ]
+    assert result.stderr.endswith("\n") and result.stdout.endswith("\n")
     result = runner.invoke(app, ["train-steps", str(corpus), "--epochs", "1", "--batch-size", "8"])
     assert result.stdout.split()[1::2] == ["13", "13", "1"]
 
