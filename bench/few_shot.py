@@ -143,7 +143,7 @@ def held_out_run(
         before = predict(nlp, texts)
     textcat = nlp.get_pipe("bert_textcat")
     for label in held:
-        textcat.add_described_label(label, [name_description(label)])
+        textcat.add_described_label(label, [name_description(textcat.name, label)])
     after = predict(nlp, texts)
     held_idx = [i for i, g in enumerate(gold) if g in held]
     return {
