@@ -12,6 +12,7 @@ import typer
 from wasabi import Printer
 
 from ..loading import PipelineLoadError, Precision, load_pipeline
+from ..pipeline.textcat_holdout import calibration_overlap, margin_95
 from ..pipeline.textcat_scope import calibrate_pipeline
 from ..pipeline.textcat_threshold import (
     DEFAULT_COVERAGE,
@@ -64,6 +65,22 @@ def calibrate_cli(
     report: Optional[Path] = typer.Option(
         None, "--report", help="Also write what was fit to this JSON file", dir_okay=False
     ),
+    hold_out: Optional[Path] = typer.Option(
+        None,
+        "--hold-out",
+        help="Calibrate on part of --dev and write the rest to this .spacy file, for "
+        "bert-pipes threshold: a share of each label's in-scope docs (--hold-out-share) "
+        "and every out-of-scope doc",
+        dir_okay=False,
+    ),
+    hold_out_share: float = typer.Option(
+        0.5,
+        "--hold-out-share",
+        help="With --hold-out: the share of each label's in-scope dev docs held out",
+        min=0.0,
+        max=1.0,
+    ),
+    seed: int = typer.Option(0, "--seed", help="With --hold-out: the seed of the draw"),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to use, -1 for CPU"),
     precision: Optional[Precision] = typer.Option(
         None,
@@ -80,11 +97,24 @@ def calibrate_cli(
     import spacy
 
     refuse_to_overwrite(output, overwrite)
+    if hold_out is not None and not 0.0 < hold_out_share < 1.0:
+        fail(f"--hold-out-share must be between 0 and 1, got {hold_out_share}")
+    if hold_out is not None and hold_out.resolve() == dev.resolve():
+        fail(f"--hold-out {hold_out} would overwrite --dev: name another file")
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     try:
         nlp = load_pipeline(pipeline, precision=precision)
-        fitted = calibrate_pipeline(nlp, train, dev, component=component, coverage=coverage)
+        fitted = calibrate_pipeline(
+            nlp,
+            train,
+            dev,
+            component=component,
+            coverage=coverage,
+            hold_out=hold_out_share if hold_out is not None else 0.0,
+            held_out=hold_out,
+            seed=seed,
+        )
     except (PipelineLoadError, ValueError) as error:
         fail(str(error))
     nlp.to_disk(output)
@@ -101,6 +131,11 @@ def calibrate_cli(
             else ""
         )
     )
+    if hold_out is not None:
+        typer.echo(
+            f"Held out {fitted['dev_held_out_docs']} dev docs (in scope and out of scope) "
+            f"in {hold_out}: choose the threshold on them with bert-pipes threshold"
+        )
     typer.echo(f"Saved to {output}")
 
 
@@ -173,6 +208,16 @@ def threshold_cli(
     if gpu_id >= 0:
         spacy.require_gpu(gpu_id)
     nlp = spacy.load(pipeline)
+    msg = Printer()
+    calibrated_on = calibration_overlap(nlp, component, dev)
+    if calibrated_on is not None:
+        msg.warn(
+            f"{dev} is the dev file '{component}' was calibrated on ({calibrated_on}): a "
+            "confidence is a doc's rank among those in-scope docs, so on them a threshold "
+            "routes the coverage it is chosen for by construction and does not show how it "
+            "carries to new traffic. Hold docs out for the threshold: bert-pipes calibrate "
+            "... --hold-out FILE, then bert-pipes threshold PIPELINE FILE OUTPUT"
+        )
     try:
         sweep = sweep_thresholds(
             nlp, dev, component, key, trials, coverage=coverage, cost_ratio=cost_ratio
@@ -185,7 +230,6 @@ def threshold_cli(
     nlp.to_disk(output)
     report = report if report is not None else output / THRESHOLD_REPORT
     srsly.write_json(report, sweep.to_json())
-    msg = Printer()
     msg.table(
         threshold_rows(sweep),
         header=(
@@ -204,13 +248,19 @@ def threshold_cli(
     )
     b = sweep.best
     caught = (
-        f"catches {_pct(b.oos_recall)}% of the out-of-scope docs"
-        if sweep.out_of_scope_docs
+        f"catches {_pct(b.oos_recall)}% (+/- {_points(b.oos_recall, sweep.out_of_scope_docs)}) "
+        "of the out-of-scope docs"
+        if sweep.out_of_scope_docs and b.oos_recall is not None
         else f"{dev} has no out-of-scope docs, so what it catches is not measured"
     )
     msg.good(
-        f"oos_threshold {best:.4f} ({sweep.rule}): routes {_pct(b.coverage)}% of the "
-        f"in-scope docs, {_pct(b.routed_accuracy)}% right; {caught}"
+        f"oos_threshold {best:.4f} ({sweep.rule}): routes {_pct(b.coverage)}% "
+        f"(+/- {_points(b.coverage, sweep.in_scope_docs)}) of the in-scope docs, "
+        f"{_pct(b.routed_accuracy)}% right; {caught}"
+    )
+    msg.text(
+        "(+/- : the 95% interval of a share measured on this many docs, how far new "
+        "traffic's may lie from it; docs/routing.md#how-many-dev-docs)"
     )
     msg.good(f"Saved to {output}; every threshold's figures in {report}")
 
@@ -236,6 +286,11 @@ def threshold_rows(sweep: ThresholdSweep) -> List[Tuple[str, ...]]:
         )
         for t in shown
     ]
+
+
+def _points(share: Optional[float], n: int) -> str:
+    """The 95% margin of a share measured on n docs, in points."""
+    return f"{margin_95(share or 0.0, n) * 100:.1f} points"
 
 
 def _pct(value: Optional[float]) -> str:

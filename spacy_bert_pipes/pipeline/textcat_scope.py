@@ -31,7 +31,7 @@ from typing import (
 
 import numpy
 from spacy.language import Language
-from spacy.tokens import Doc
+from spacy.tokens import Doc, DocBin
 from spacy.training import Corpus, Example
 from thinc.api import Model
 from thinc.types import Floats2d
@@ -52,6 +52,7 @@ from ..models.heads.scope import (
     scale_probs,
     set_fit,
 )
+from .textcat_holdout import record_calibration, split_dev
 
 DECISIONS = ("routed", "out_of_scope", "ambiguous")
 # Runs a pipeline's components before a classifier on a batch of docs.
@@ -355,6 +356,9 @@ class Calibrated(Protocol):
 
     exclusive: bool
 
+    @property
+    def router(self) -> ScopeRouter: ...
+
     def calibrate(
         self,
         train: Iterable[Example],
@@ -372,10 +376,15 @@ def calibrate_pipeline(
     *,
     component: Optional[str] = None,
     coverage: Optional[float] = None,
+    hold_out: float = 0.0,
+    held_out: Optional[Path] = None,
+    seed: int = 0,
 ) -> Dict[str, Any]:
     """Calibrate a pipeline's exclusive `bert_textcat` on .spacy corpora
     (`BertTextCategorizer.calibrate`) and write a threshold chosen for
     `coverage` into its config, so that the saved pipeline loads with it.
+    The dev file (and the held-out file) are noted in `nlp.meta`
+    (`record_calibration`).
 
     train (Optional[Path]): The training corpus (the feature methods fit on
         its in-scope docs; "max_prob" needs none).
@@ -383,7 +392,11 @@ def calibrate_pipeline(
         confidence's reference.
     component (Optional[str]): The component; default: the only exclusive
         bert_textcat.
-    RETURNS (Dict[str, Any]): What was fit (`ScopeRouter.calibrate`).
+    hold_out (float): > 0: calibrate on the rest of the dev docs and write
+        this share of each label's in-scope dev docs, and every out-of-scope
+        one, to `held_out`, for the threshold (`split_dev`, drawn with `seed`).
+    RETURNS (Dict[str, Any]): What was fit (`ScopeRouter.calibrate`), and
+        with hold_out the docs held out ("dev_held_out_docs").
     """
     if component is None:
         names = [
@@ -411,7 +424,16 @@ def calibrate_pipeline(
             docs = list(cast(Any, proc).pipe(docs))
         return docs
 
+    held: List[Example] = []
+    if hold_out > 0:
+        if held_out is None:
+            raise ValueError("holding dev docs out needs a file to write them to")
+        dev_examples, held = split_dev(dev_examples, pipe.router.gold_index, hold_out, seed)
     report = pipe.calibrate(train_examples, dev_examples, coverage=coverage, prepare=prepare)
     if "oos_threshold" in report:
         nlp.get_pipe_config(component)["oos_threshold"] = report["oos_threshold"]
+    if hold_out > 0 and held_out is not None:
+        DocBin(docs=[eg.reference for eg in held], store_user_data=True).to_disk(held_out)
+        report["dev_held_out_docs"] = len(held)
+    record_calibration(nlp, component, dev, held_out if hold_out > 0 else None)
     return report

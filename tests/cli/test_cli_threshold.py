@@ -91,7 +91,9 @@ def test_the_default_routes_97_percent_of_the_in_scope_docs(
     # what the report says the threshold does is what the saved pipeline does
     docs = [loaded(text) for text, _ in IN_SCOPE]
     assert all(doc._.route["decision"] == "routed" for doc in docs)
-    assert f"catches {best['oos_recall'] * 100:.1f}% of the out-of-scope docs" in result.output
+    said = " ".join(result.output.split())  # the message is wrapped
+    assert f"catches {best['oos_recall'] * 100:.1f}% (+/- " in said
+    assert f"routes {best['coverage'] * 100:.1f}% (+/- " in said
 
 
 def test_a_coverage_and_a_cost_ratio(router: Dict[str, Path], tmp_path: Path) -> None:
@@ -163,3 +165,51 @@ def test_calibrate_at_a_precision_saves_the_pipeline_at_it(
     assert result.exit_code == 0, result.output
     saved = spacy.util.load_config(output / "config.cfg")
     assert saved["components"]["bert_textcat"]["model"]["encoder"]["predict_precision"] == precision
+
+
+def test_calibrate_holds_out_dev_docs_for_the_threshold(
+    router: Dict[str, Path], tmp_path: Path
+) -> None:
+    """--hold-out: calibration fits on half of each label's in-scope dev docs;
+    the other half and every out-of-scope doc go to a file for the threshold.
+    threshold warns when given the file the calibration read, not the held-out one."""
+    calibrated, held = tmp_path / "calibrated", tmp_path / "held.spacy"
+    args = ["calibrate", str(router["model"]), str(calibrated), "--dev", str(router["dev.spacy"])]
+    report = tmp_path / "fit.json"
+    result = CliRunner().invoke(app, [*args, "--hold-out", str(held), "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    # IN_SCOPE has 2 docs of each of 3 labels: 1 each held out, with the 30 foreign
+    assert json.loads(report.read_text())["dev_in_scope_docs"] == 3
+    assert f"Held out 33 dev docs (in scope and out of scope) in {held}" in result.output
+    nlp = spacy.blank("en")
+    held_docs = list(DocBin().from_disk(held).get_docs(nlp.vocab))
+    in_scope = [doc.text for doc in held_docs if max(doc.cats.values()) > 0.5]
+    assert len(held_docs) == 33 and len(in_scope) == 3
+    assert {dict(IN_SCOPE)[text] for text in in_scope} == {"card", "fx", "other"}
+    # the same seed draws the same docs
+    again = tmp_path / "again.spacy"
+    result = CliRunner().invoke(
+        app, [*args[:2], str(tmp_path / "c2"), *args[3:], "--hold-out", str(again)]
+    )
+    assert result.exit_code == 0, result.output
+    assert [d.text for d in DocBin().from_disk(again).get_docs(nlp.vocab)] == [
+        d.text for d in held_docs
+    ]
+    warning = "is the dev file 'bert_textcat' was calibrated on"
+    on_held = CliRunner().invoke(
+        app, ["threshold", str(calibrated), str(held), str(tmp_path / "t1")]
+    )
+    assert on_held.exit_code == 0, on_held.output
+    assert warning not in " ".join(on_held.output.split())
+    assert "3 in-scope and 30 out-of-scope docs" in on_held.output
+    on_dev = CliRunner().invoke(
+        app, ["threshold", str(calibrated), str(router["dev.spacy"]), str(tmp_path / "t2")]
+    )
+    assert on_dev.exit_code == 0, on_dev.output
+    assert warning in " ".join(on_dev.output.split())
+    # the record survives threshold's save: a second threshold on the output still knows
+    assert spacy.load(tmp_path / "t1").meta["bert_pipes_calibration"]["dev_sha256"]
+    refused = CliRunner().invoke(
+        app, [*args[:2], str(tmp_path / "c3"), *args[3:], "--hold-out", str(router["dev.spacy"])]
+    )
+    assert refused.exit_code == 1 and "would overwrite --dev" in refused.output
