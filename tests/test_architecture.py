@@ -28,7 +28,7 @@ OVER_SIZE_FOR_NOW: Set[str] = set()
 MAX_MODELS_MODULES = 10
 # The rooms, lowest floor first. A room imports from lower floors only.
 FLOORS: List[Set[str]] = [
-    {"about", "memory", "progress", "plots", "io", "confidence", "corpus_attrs"},
+    {"about", "memory", "progress", "training_log", "plots", "io", "confidence", "corpus_attrs"},
     {"models", "models.types", "scorers"},
     {"models.text"},
     {"models.transformer"},
