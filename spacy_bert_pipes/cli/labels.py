@@ -6,7 +6,7 @@ texts of the domain."""
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 import srsly
 import typer
@@ -116,6 +116,27 @@ def add_label_cli(
         fail(str(error))
     nlp.to_disk(output)
     typer.echo(f"Added {len(added)} label(s) to {output}: {', '.join(added)}")
+    pipe = cast(Any, nlp.get_pipe(component or _only_textcat(nlp)))
+    output_layer = pipe.model.get_ref("output")
+    bias = output_layer.ops.to_numpy(output_layer.get_param("b"))
+    taken, looked_at = pipe.new_labels.taken(added)
+    labels = list(pipe.labels)
+    for label in added:
+        reach = (
+            f"takes {taken[label]} of the {looked_at} docs the router remembers"
+            if looked_at
+            else "reach not measured (the router remembers no docs: calibrate it first)"
+        )
+        typer.echo(
+            f"  {label}: {len(by_label.get(label, []))} example(s), "
+            f"{len(described.get(label, []))} description(s), "
+            f"bias {float(bias[labels.index(label)]):.3f}; {reach}"
+        )
+
+
+def _only_textcat(nlp: Any) -> str:
+    """The component add_labels chose: the pipeline's only bert_textcat."""
+    return next(name for name, pipe in nlp.pipeline if hasattr(pipe, "add_described_label"))
 
 
 @app.command("adapt")

@@ -26,7 +26,7 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats1d, Floats2d
 
-from ..models.heads.guard import RememberedBest, guard_bias
+from ..models.heads.guard import RememberedBest, guard_bias, remembered_logits
 from ..models.heads.prototypes import (
     cosine_logits,
     cosine_output,
@@ -198,6 +198,33 @@ class NewLabels:
         if remembered is not None and by_examples:
             remembered.added(grown, scale * new + bias)
         return vectors
+
+    def taken(self, labels: Sequence[str]) -> Tuple[Dict[str, int], int]:
+        """How many of the docs the router remembers each of `labels` takes
+        now: their top label is it. The docs: with the nearest-examples term,
+        the remembered examples of the other labels, scored as prediction
+        scores them; else the calibrated fit's (`ScopeRouter.remembered`:
+        "knn", the training docs; "mahalanobis", the class means).
+
+        RETURNS (Tuple[Dict[str, int], int]): label -> docs taken, and the
+            docs looked at (0: the router remembers none; nothing measured).
+        """
+        output = self.prototypes.model.get_ref("output")
+        ops = output.ops
+        names = list(self.prototypes.labels)
+        ids = [names.index(label) for label in labels]
+        if has_examples(output) and float(output.attrs.get("example_weight", 0.0)) > 0:
+            logits = ops.to_numpy(remembered_logits(output))
+            own = numpy.isin(ops.to_numpy(output.get_param("E_label")), ids)
+            logits = logits[~own]
+        else:
+            reference = self.router.remembered()
+            if reference is None or not len(reference):
+                return {label: 0 for label in labels}, 0
+            R = ops.asarray2f(cast(Floats2d, numpy.asarray(reference, dtype="f")))
+            logits = ops.to_numpy(cosine_logits(output, R))
+        tops = logits.argmax(axis=1)  # (n_docs,)
+        return {label: int((tops == i).sum()) for label, i in zip(labels, ids)}, len(tops)
 
     def _new_label_scores(
         self, output: Model, prototype: numpy.ndarray, own: numpy.ndarray

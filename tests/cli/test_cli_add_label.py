@@ -30,6 +30,14 @@ def test_add_label_by_description_and_examples(trained: Path, tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     nlp = spacy.load(out)
     assert nlp.get_pipe("bert_textcat").labels == (*LABELS, "pin", "top_up")
+    # what each label got: its examples, descriptions and bias; an uncalibrated
+    # router remembers no docs, so what the label takes is not measured
+    bias = nlp.get_pipe("bert_textcat").model.get_ref("output").get_param("b")
+    lines = result.output.splitlines()
+    assert f"  pin: 1 example(s), 2 description(s), bias {float(bias[-2]):.3f}; reach not" in (
+        " ".join(lines)
+    )
+    assert f"  top_up: 1 example(s), 0 description(s), bias {float(bias[-1]):.3f}" in lines[-1]
     cats = nlp("top up my account").cats
     assert max(cats, key=cats.__getitem__) == "top_up"
 
@@ -155,6 +163,11 @@ def test_add_label_with_nearest_examples(
     result = runner.invoke(app, ["add-label", str(tmp_path / "calibrated"), str(out), *args])
     assert result.exit_code == 0, result.output
     loaded = spacy.load(out)
+    # the reach: how many of the remembered training docs now go to pin
+    pipe = loaded.get_pipe("bert_textcat")
+    said = " ".join(result.output.split())
+    assert f"pin: {len(rows)} example(s), 0 description(s), bias " in said
+    assert f"takes {pipe.new_labels.taken(['pin'])[0]['pin']} of the {len(docs)} docs" in said
     assert loaded.config["components"]["bert_textcat"]["model"]["example_weight"] == 1.0
     output = loaded.get_pipe("bert_textcat").model.get_ref("output")
     assert output.attrs["example_weight"] == 1.0
