@@ -28,7 +28,7 @@ from ..io.output import (
 )
 from ..io.readers import DEFAULT_ID_FIELD
 from .types import AnnotateError, AnnotateOptions, AnnotateRun
-from .vectors import PROBE_TEXT, vector_width
+from .vectors import PROBE_TEXT, vector_source
 
 # What a component declares it assigns, for each annotation column.
 ASSIGNS = {"cats": "doc.cats", "entities": "doc.ents", "answers": "doc._.answers"}
@@ -80,7 +80,8 @@ def with_columns(run: AnnotateRun, nlp: Language) -> AnnotateRun:
     options = run.options
     vectors = None
     if options.vectors:
-        vectors = VectorColumn(vector_width(nlp), options.vectors_dtype)
+        width, component = vector_source(nlp)
+        vectors = VectorColumn(width, options.vectors_dtype, component)
     columns = OutputColumns(
         id=options.id_column or DEFAULT_ID_FIELD,
         kept=tuple(options.keep_columns),

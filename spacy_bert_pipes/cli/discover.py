@@ -14,7 +14,7 @@ from ..discover import (
     discover,
     write_discovery,
 )
-from ..discover.cluster import require_kmeans
+from ..discover.cluster import parse_clusters
 from ..io.errors import ConversionError
 from .common import app, fail, text_column_option
 
@@ -108,8 +108,8 @@ def discover_cli(
     summary.json and clusters.png. See docs/discover.md.
     """
     try:
-        require_kmeans(clusters)  # what to install, before the pool is read and embedded
-    except (ValueError, ImportError) as err:
+        parse_clusters(clusters)  # a bad --clusters, before the pool is read and embedded
+    except ValueError as err:
         fail(str(err))
     nlp = None
     if pipeline is not None:

@@ -25,7 +25,14 @@ from .cluster import (
     kmeans_clusters,
     knn_graph,
 )
-from .describe import NEAR_COSINE, keywords, representatives, suggested_name
+from .describe import (
+    MERGE_COSINE,
+    NEAR_COSINE,
+    keywords,
+    merge_proposals,
+    representatives,
+    suggested_name,
+)
 from .labels import LabelSpace
 from .pool import Pool, read_pool
 from .review import (
@@ -58,6 +65,7 @@ __all__ = [
     "Discovery",
     "DiscoveryFiles",
     "LabelSpace",
+    "MERGE_COSINE",
     "NEAR_COSINE",
     "N_REPRESENTATIVES",
     "NOISE",
@@ -76,6 +84,7 @@ __all__ = [
     "keywords",
     "kmeans_clusters",
     "knn_graph",
+    "merge_proposals",
     "label_intents",
     "read_discovery",
     "read_pool",

@@ -21,24 +21,16 @@ n²:
 5. Excess of mass: the clusters kept for their stability (the root never); a
    doc under no kept cluster is noise (-1).
 
-`kmeans_clusters` is scikit-learn's KMeans on the unit vectors (the `discover`
-extra), for K clusters; `choose_k` finds K from the data: on a sample of at most
-SILHOUETTE_SAMPLE docs, k-means for each K of a geometric grid and the mean
-cosine silhouette of its clusters (Rousseeuw, 1987); K is the end of the best
-K's plateau: the grid's K values above the best whose silhouettes stay within
-K_TOLERANCE of it, the largest of them (`plateau_end`). The curve is flat near
-its top (one K is about as good as its neighbours), and of two near-equal K
-the larger is the cheaper mistake for a reviewer: merging two clusters is one
-action, splitting a mixed one is reading all of it. The sample bounds the
-search's time and memory whatever the pool's size.
+`kmeans_clusters` is k-means (`kmeans`, numpy alone) for K clusters, K given
+or found by `kmeans.choose_k` (the silhouette of a sample; see that module).
 """
 
-import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy
 
 from ..progress import progress_bar
+from .kmeans import SILHOUETTE_SAMPLE, choose_k, is_flat, kmeans
 
 NOISE = -1
 # Rows of the numpy neighbour search per matrix product: (BLOCK, n) float32
@@ -46,20 +38,9 @@ NOISE = -1
 BLOCK = 256
 # Neighbours per doc in the graph: at least this many, and at least min_samples.
 GRAPH_K = 15
-# `choose_k`: the docs it samples, its grid's step, its tolerance and largest K
-SILHOUETTE_SAMPLE = 4000
-K_STEP = 1.15
-K_TOLERANCE = 0.05
-MAX_CLUSTERS = 200
 # `--clusters`: K by silhouette (k-means), or as many as the density holds
 AUTO, DENSITY = "auto", "density"
 DEFAULT_CLUSTERS = AUTO
-DISCOVER_EXTRA = "pip install 'spacy-bert-pipes[discover]'  (or: pip install scikit-learn)"
-# what k-means (--clusters auto or K) says when scikit-learn is missing
-KMEANS_NEEDS = (
-    f"k-means (--clusters auto, or a number) needs scikit-learn: {DISCOVER_EXTRA}; "
-    "--clusters density needs neither"
-)
 
 
 def knn_graph(
@@ -323,11 +304,11 @@ def kmeans_clusters(
     seed: int = 0,
     progress: bool = False,
 ) -> numpy.ndarray:
-    """K clusters of unit vectors by scikit-learn's KMeans; a cluster with fewer
-    than min_cluster_size docs becomes noise (-1).
+    """K clusters of unit vectors by k-means (`kmeans.kmeans`); a cluster with
+    fewer than min_cluster_size docs becomes noise (-1).
 
     progress (bool): Show a bar while k-means runs (one step: it says what
-        runs and for how long; scikit-learn reports nothing on the way).
+        runs and for how long).
     RETURNS (numpy.ndarray): A cluster per row, numbered as `renumber`. (n,)
     """
     if n_clusters < 1:
@@ -336,95 +317,11 @@ def kmeans_clusters(
         raise ValueError(f"{n_clusters} clusters asked of {len(unit)} docs")
     desc = f"k-means, {n_clusters} clusters of {len(unit):,} docs"
     with progress_bar(1, 0, unit=" fit", desc=desc, disable=not progress) as bar:
-        labels = _kmeans(unit, n_clusters, seed, n_init=3)
+        labels = kmeans(unit, n_clusters, seed, n_init=3)
         bar.update(1)
     counts = numpy.bincount(labels, minlength=n_clusters)
     labels[counts[labels] < min_cluster_size] = NOISE
     return renumber(labels)
-
-
-def choose_k(
-    unit: numpy.ndarray,
-    *,
-    min_cluster_size: int = 5,
-    max_clusters: int = MAX_CLUSTERS,
-    sample: int = SILHOUETTE_SAMPLE,
-    seed: int = 0,
-    progress: bool = False,
-) -> Tuple[int, Dict[int, float]]:
-    """The number of clusters the data holds, by the cosine silhouette of
-    k-means on a sample (see the module's docstring).
-
-    unit (numpy.ndarray): Unit-length rows. (n, width)
-    min_cluster_size (int): The fewest docs of a cluster: K is at most the
-        sample's size over it.
-    max_clusters (int): The largest K tried.
-    sample (int): The most docs the silhouettes are measured on (seeded).
-    RETURNS (Tuple[int, Dict[int, float]]): K, and each K tried with its
-        silhouette (empty when the sample is too small to split: K is 1).
-    """
-    if max_clusters < 2:
-        raise ValueError(f"the most clusters must be at least 2: {max_clusters}")
-    rng = numpy.random.default_rng(seed)
-    rows = numpy.arange(len(unit))
-    if len(rows) > sample:
-        rows = numpy.sort(rng.choice(rows, size=sample, replace=False))
-    part = unit[rows]
-    top = min(max_clusters, len(part) // max(min_cluster_size, 1), len(part) - 1)
-    grid = k_grid(top)
-    if not grid:
-        return 1, {}
-    try:
-        from sklearn.metrics import silhouette_score
-    except ImportError as error:
-        raise ImportError(KMEANS_NEEDS) from error
-    curve: Dict[int, float] = {}
-    with progress_bar(len(grid), 0, unit=" K", desc="Choosing K", disable=not progress) as bar:
-        for k in grid:
-            with warnings.catch_warnings():  # fewer distinct docs than k: said below
-                warnings.simplefilter("ignore", category=UserWarning)
-                labels = _kmeans(part, k, seed, n_init=2)
-            if len(numpy.unique(labels)) < k:  # no more distinct docs than that
-                break
-            curve[k] = float(silhouette_score(part, labels, metric="cosine"))
-            bar.update(1)
-    if not curve:
-        return 1, {}
-    return plateau_end(curve), curve
-
-
-def plateau_end(curve: Dict[int, float]) -> int:
-    """The K of the best silhouette, moved up the grid while the next K's
-    silhouette stays within K_TOLERANCE of the best: the end of the best's
-    plateau. Not the largest K within the tolerance anywhere: a second, far
-    plateau (many tiny clusters of scattered docs) would take it."""
-    grid = sorted(curve)
-    best = max(grid, key=lambda k: (curve[k], -k))
-    floor = curve[best] - K_TOLERANCE * abs(curve[best])
-    end = grid.index(best)
-    while end + 1 < len(grid) and curve[grid[end + 1]] >= floor:
-        end += 1
-    return grid[end]
-
-
-def k_grid(top: int) -> List[int]:
-    """K = 2, 3, ... up to `top`: each the larger of the last + 1 and K_STEP
-    times the last."""
-    grid: List[int] = []
-    k = 2
-    while k <= top:
-        grid.append(k)
-        k = max(k + 1, int(round(k * K_STEP)))
-    return grid
-
-
-def _kmeans(unit: numpy.ndarray, n_clusters: int, seed: int, *, n_init: int) -> numpy.ndarray:
-    try:
-        from sklearn.cluster import KMeans
-    except ImportError as error:
-        raise ImportError(KMEANS_NEEDS) from error
-    model: Any = KMeans(n_clusters=n_clusters, n_init=n_init, random_state=seed)
-    return numpy.asarray(model.fit_predict(unit), dtype="int64")
 
 
 def cluster_pool(
@@ -452,11 +349,11 @@ def cluster_pool(
         k, curve = choose_k(unit, min_cluster_size=min_cluster_size, seed=seed, progress=progress)
         sampled = min(len(unit), SILHOUETTE_SAMPLE)
         method = f"k-means, K = {k} by the cosine silhouette of {sampled:,} docs"
-        if len(curve) > 1 and k == max(curve):
+        if is_flat(curve):
             warning = (
-                f"the silhouette has no peak below the largest K tried ({k}): K is "
-                "uncertain; look at 'silhouettes' in summary.json, and give --clusters K "
-                "or try --clusters density"
+                f"the silhouette has no peak below the largest K tried ({max(curve)}): K = "
+                f"{k} is where it rose 30% of the way to its best; look at 'silhouettes' in "
+                "summary.json and at the review's merge proposals, or give --clusters K"
             )
     else:
         k = int(clusters)
@@ -472,15 +369,6 @@ def cluster_pool(
     if warning is not None:
         found["warning"] = warning
     return labels, found
-
-
-def require_kmeans(clusters: Union[int, str]) -> None:
-    """Raise the ImportError that says what to install when `clusters` asks for
-    k-means (auto or K) and scikit-learn is missing: before any work is done."""
-    import importlib.util
-
-    if parse_clusters(clusters) != DENSITY and importlib.util.find_spec("sklearn") is None:
-        raise ImportError(KMEANS_NEEDS)
 
 
 def parse_clusters(value: Union[int, str]) -> Union[int, str]:

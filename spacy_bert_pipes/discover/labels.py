@@ -1,7 +1,7 @@
 """The known labels, as vectors a cluster can be compared with (`LabelSpace`):
 the label prototypes of the pipeline's `bert_textcat`, in its own space
 (`prototype_space`, with `prototype_samples` for the clusters and
-`prototype_vectors` for docs), or else the
+`pipeline.router_vectors.prototype_vectors` for docs), or else the
 unit mean vector of the rows routed to each label (`routed_space`).
 """
 
@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, cast
 
 import numpy
 
+from ..pipeline.router_vectors import prototype_component as prototype_component
+from ..pipeline.router_vectors import prototype_vectors
 from ..similar import unit_rows
 from .describe import centroid
 
@@ -42,24 +44,6 @@ class LabelSpace:
     component: Optional[str] = None
 
 
-def prototype_component(nlp: "Language") -> Optional[str]:
-    """The pipeline's exclusive bert_textcat with label prototypes, or None.
-
-    RAISES (ValueError): It has several.
-    """
-    names = [
-        name
-        for name, pipe in nlp.pipeline
-        if getattr(pipe, "has_prototypes", False) and getattr(pipe, "exclusive", False)
-    ]
-    if len(names) > 1:
-        raise ValueError(
-            f"the pipeline has several bert_textcat with label prototypes ({names}): "
-            "discover compares the clusters with one router's"
-        )
-    return names[0] if names else None
-
-
 def prototype_space(nlp: "Language", component: str) -> LabelSpace:
     """The label prototypes of a bert_textcat (a PrototypeCatModel), unit length."""
     pipe = cast("BertTextCategorizer", nlp.get_pipe(component))
@@ -68,13 +52,6 @@ def prototype_space(nlp: "Language", component: str) -> LabelSpace:
     W = W / numpy.maximum(numpy.linalg.norm(W, axis=1, keepdims=True), 1e-12)
     source = f"the label prototypes of '{component}'"
     return LabelSpace(source, list(pipe.labels), W, component)
-
-
-def prototype_vectors(nlp: "Language", component: str, texts: Sequence[str]) -> numpy.ndarray:
-    """The unit sentence vectors of texts by the bert_textcat's own encoder,
-    fine-tuned with it: the space of its prototypes. (n_texts, width)"""
-    prototypes = cast("BertTextCategorizer", nlp.get_pipe(component)).prototypes
-    return prototypes.sentence_vectors([nlp.make_doc(text) for text in texts])
 
 
 def prototype_samples(

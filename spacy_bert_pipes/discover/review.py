@@ -2,8 +2,10 @@
 back (`review_examples`): the clusters a person accepted, as new labels with
 their representatives as examples, for `bert-pipes add-label --review`.
 
-A review file has one row per cluster (JSONL, or CSV with the lists as JSON
-text) and an `action` the person fills in:
+A review file has one row per cluster (JSONL, or a flat CSV to edit in a
+spreadsheet: one cell per representative, the keywords and labels as plain
+text) and an `action` the person fills in; `proposal` holds discover's
+`merge:<cluster>` where it thinks two clusters are one intent:
 
 | action | what `add-label --review` does |
 | --- | --- |
@@ -35,9 +37,16 @@ REVIEW_COLUMNS = (
     "nearest_label",
     "nearest_cosine",
     "verdict",
+    "routed_share",
+    "routed_to",
+    "proposal",
+    "merge_cosine",
     "representatives",
     "action",
 )
+# The flat CSV: the action beside the name, the representatives last, one a cell.
+CSV_COLUMNS = ("cluster", "size", "name", "action", "proposal", *REVIEW_COLUMNS[3:10])
+REPRESENTATIVE = "representative_{}"
 ACTIONS = "accept, rename:<label>, merge:<cluster>, reject or empty"
 
 
@@ -228,30 +237,48 @@ def review_examples(path: Union[str, Path], *, accept_all: bool = False) -> Dict
 
 
 def _csv_records(path: Path) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    """CSV rows, their list cells parsed from JSON text."""
+    """CSV rows: a flat one's representative_<n> cells (non-empty) gathered
+    into `representatives` and its keywords split; an older file's list cells
+    parsed from JSON text."""
     with path.open(encoding="utf8", newline="") as file_:
         reader = csv.DictReader(file_)
         for record in reader:
             where = f"{path}:{reader.line_num}"
+            cells = sorted(
+                (int(key.rsplit("_", 1)[1]), key)
+                for key in record
+                if key and key.startswith("representative_") and key.rsplit("_", 1)[1].isdigit()
+            )
+            if cells and "representatives" not in record:
+                record["representatives"] = [
+                    {"text": record.pop(key)} for _, key in cells if (record[key] or "").strip()
+                ]
             for column in ("keywords", "representatives"):
-                if record.get(column):
+                value = record.get(column)
+                if isinstance(value, str) and value.startswith("["):
                     try:
-                        record[column] = json.loads(record[column])
+                        record[column] = json.loads(value)
                     except ValueError as error:
                         raise ConversionError(where, f"{column} is not JSON ({error})") from error
+                elif isinstance(value, str) and column == "keywords":
+                    record[column] = [word.strip() for word in value.split(",") if word.strip()]
             yield where, record
 
 
 def _csv(records: List[Dict[str, Any]]) -> str:
+    """The flat CSV: plain text cells, a representative per cell."""
     import io
 
+    most = max((len(r["representatives"]) for r in records), default=0)
+    shown = [REPRESENTATIVE.format(n + 1) for n in range(most)]
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=REVIEW_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=[*CSV_COLUMNS, *shown], lineterminator="\n")
     writer.writeheader()
     for record in records:
-        cells = dict(record)
-        for column in ("keywords", "representatives"):
-            cells[column] = json.dumps(cells[column], ensure_ascii=False)
+        cells = {column: record[column] for column in CSV_COLUMNS}
+        cells["keywords"] = ", ".join(record["keywords"])
+        cells["routed_to"] = "; ".join(f"{r['label']} ({r['docs']})" for r in record["routed_to"])
+        cells.update(zip(shown, (r["text"] for r in record["representatives"])))
         writer.writerow(cells)
     return out.getvalue()
 

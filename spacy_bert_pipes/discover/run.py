@@ -16,19 +16,21 @@ a `bert-pipes annotate` OUTPUT to the clusters a person reviews.
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import numpy
 
 from ..io.errors import ConversionError
 from ..similar import unit_rows
-from .cluster import DEFAULT_CLUSTERS, NOISE, cluster_pool, parse_clusters, require_kmeans
+from .cluster import DEFAULT_CLUSTERS, NOISE, cluster_pool, parse_clusters
 from .describe import (
     NEAR_COSINE,
     centroid,
     keywords,
+    merge_proposals,
     nearest_labels,
     representatives,
+    routed_to,
     suggested_name,
     verdict,
 )
@@ -69,7 +71,14 @@ class Cluster:
     nearest_cosine (Optional[float]): Their cosine.
     verdict (str): "new intent" or "near <label>".
     representatives (List[Dict[str, str]]): {id, text} of docs near its
-        centroid, the nearest first, near-duplicates left out.
+        centroid, its bulk then its spread (`describe.representatives`).
+    routed_share (float): The share of its docs the router routed (with
+        `--below`, some are).
+    routed_to (List[Tuple[str, int]]): The labels they were routed to, with
+        their counts, the most first (at most 3).
+    merge_into (Optional[int]): A larger cluster it may be the same intent
+        as (`describe.merge_proposals`), None: none.
+    merge_cosine (Optional[float]): Their centroids' cosine.
     """
 
     cluster: int
@@ -80,6 +89,10 @@ class Cluster:
     nearest_cosine: Optional[float]
     verdict: str
     representatives: List[Dict[str, str]]
+    routed_share: float = 0.0
+    routed_to: List[Tuple[str, int]] = field(default_factory=list)
+    merge_into: Optional[int] = None
+    merge_cosine: Optional[float] = None
 
     def review_record(self) -> Dict[str, Any]:
         """Its row of the review file, with an empty `action` for the reviewer."""
@@ -92,6 +105,10 @@ class Cluster:
             "nearest_label": self.nearest_label,
             "nearest_cosine": cosine,
             "verdict": self.verdict,
+            "routed_share": round(self.routed_share, 4),
+            "routed_to": [{"label": label, "docs": n} for label, n in self.routed_to],
+            "proposal": "" if self.merge_into is None else f"merge:{self.merge_into}",
+            "merge_cosine": None if self.merge_cosine is None else round(self.merge_cosine, 4),
             "representatives": self.representatives,
             "action": "",
         }
@@ -164,11 +181,9 @@ def discover(
     text_column, id_column: The columns of `texts` (as `bert-pipes annotate`).
     progress (bool): Show progress bars.
     RETURNS (Discovery): The clusters, each doc's cluster and a summary.
-    RAISES (ConversionError): A bad row, named; (ValueError): bad settings;
-        (ImportError): k-means asked for without scikit-learn, before any work.
+    RAISES (ConversionError): A bad row, named; (ValueError): bad settings.
     """
     how = parse_clusters(clusters)
-    require_kmeans(how)
     if min_cluster_size < 2:
         raise ValueError(f"--min-cluster-size must be at least 2: {min_cluster_size}")
     if not 0 <= below <= 1:
@@ -235,10 +250,12 @@ def discover(
         space = _routed_space(pool, routed_sample, vectors_of, progress)
         label_centers = _stack(centers)
     nearest = nearest_labels(label_centers, space.labels, space.vectors)
+    merges = merge_proposals(label_centers)
     described = []
     for c, (m, (label, cosine)) in enumerate(zip(pick_from, nearest)):
         chosen = representatives(pick_unit[c], label_centers[c], n_representatives)
         shown = [{"id": pool.ids[rows[m[i]]], "text": row_texts[m[i]]} for i in chosen]
+        share, routed = routed_to([pool.labels[rows[i]] for i in members[c]])
         described.append(
             Cluster(
                 c,
@@ -249,6 +266,9 @@ def discover(
                 cosine,
                 verdict(label, cosine, near_cosine),
                 shown,
+                share,
+                routed,
+                *merges[c],
             )
         )
     cluster_of = dict(zip(rows, assigned.tolist()))
@@ -280,6 +300,7 @@ def discover(
         "vectors": _vectors_source(pool, embedder, encoder),
         "labels_from": space.source,
         "near_cosine": near_cosine,
+        "merge_proposals": sum(cluster.merge_into is not None for cluster in described),
     }
     return Discovery(described, assignments, summary, space, label_centers)
 

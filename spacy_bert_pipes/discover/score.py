@@ -21,8 +21,11 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 import numpy
 
 from ..similar import embed_texts, unit_rows
-from .cluster import AUTO, DISCOVER_EXTRA, NOISE, cluster_pool, density_clusters, kmeans_clusters
+from .cluster import AUTO, NOISE, cluster_pool, density_clusters, kmeans_clusters
 from .pool import checkpoint_embedder
+
+# NMI and ARI, here only: discover itself needs no extra package
+DISCOVER_EXTRA = "pip install 'spacy-bert-pipes[discover]'  (or: pip install scikit-learn)"
 
 # An intent is discovered by a cluster that holds this share of its docs ...
 DISCOVERED_SHARE = 0.5

@@ -15,8 +15,7 @@ from spacy_bert_pipes.discover import discover
 from spacy_bert_pipes.discover.describe import centroid, representatives
 from spacy_bert_pipes.discover.labels import prototype_samples, prototype_space
 
-# the default --clusters auto is k-means: scikit-learn, from the extras
-pytestmark = pytest.mark.usefixtures("one_thread", "extras")
+pytestmark = pytest.mark.usefixtures("one_thread")
 runner = CliRunner()
 
 
@@ -228,24 +227,24 @@ def test_representatives_are_nearest_the_centre_in_the_prototypes_space(
     assert reordered  # the column's space alone would have kept the members' order
 
 
-def test_k_means_without_scikit_learn_says_what_to_install_before_any_work(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The pipeline named does not exist and the annotations are empty: the
-    message is about scikit-learn, so it came before either was read."""
-    import importlib.util
+def test_k_means_needs_no_scikit_learn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default `--clusters auto` runs where scikit-learn cannot be imported
+    (it is not in `make run`'s install)."""
+    import sys
 
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "sklearn" else find_spec(name, *a),
-    )
-    (tmp_path / "routed.jsonl").write_text("", encoding="utf8")
-    args = ["discover", str(tmp_path / "routed.jsonl"), str(tmp_path / "out")]
-    result = runner.invoke(app, args + ["--pipeline", str(tmp_path / "no-pipeline")])
-    assert result.exit_code != 0
-    said = " ".join(result.output.split())
-    assert "needs scikit-learn: pip install 'spacy-bert-pipes[discover]'" in said
-    density = runner.invoke(app, args + ["--clusters", "density"])
-    assert "scikit-learn" not in density.output
+    for name in ("sklearn", "sklearn.cluster", "sklearn.metrics"):
+        monkeypatch.setitem(sys.modules, name, None)
+    rows = []
+    rng = numpy.random.default_rng(0)
+    for i in range(30):
+        out = {"label": None, "top": "card", "confidence": 0.1, "decision": "out_of_scope"}
+        vector = numpy.eye(6)[i % 3] + 0.05 * rng.normal(size=6)
+        text = NEW_TEXTS[i % 3]
+        rows.append({"id": f"n{i}", "route": out, "empty_text": False, "text": text})
+        rows[-1]["vector"] = vector.tolist()
+    annotations = tmp_path / "routed.jsonl"
+    annotations.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf8")
+    args = ["discover", str(annotations), str(tmp_path / "out"), "--no-picture"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "30 in 3 clusters" in result.output

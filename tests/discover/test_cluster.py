@@ -14,7 +14,8 @@ from spacy_bert_pipes.discover import (
     kmeans_clusters,
     knn_graph,
 )
-from spacy_bert_pipes.discover.cluster import k_grid, parse_clusters, plateau_end, renumber
+from spacy_bert_pipes.discover.cluster import parse_clusters, renumber
+from spacy_bert_pipes.discover.kmeans import k_grid, kmeans, silhouettes, smallest_near_best
 
 
 def blobs(seed: int = 0, n_blobs: int = 6, per_blob: int = 40, n_noise: int = 60) -> tuple:
@@ -77,8 +78,10 @@ def test_small_pools_duplicates_and_disconnected_groups() -> None:
         density_clusters(a, min_cluster_size=1)
 
 
-def test_kmeans_k_clusters_small_ones_noise(monkeypatch: pytest.MonkeyPatch, extras: None) -> None:
-    pytest.importorskip("sklearn")
+def test_kmeans_k_clusters_small_ones_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # numpy alone: discover's default needs no extra package
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.cluster", None)
     unit, truth = blobs(seed=3, n_noise=0)
     labels = kmeans_clusters(unit, 6, seed=0)
     assert labels.max() + 1 == 6 and (labels != NOISE).all()
@@ -88,13 +91,22 @@ def test_kmeans_k_clusters_small_ones_noise(monkeypatch: pytest.MonkeyPatch, ext
     assert (kmeans_clusters(unit, 6, min_cluster_size=41, seed=0) == NOISE).all()
     with pytest.raises(ValueError, match="7 clusters asked of 5 docs"):
         kmeans_clusters(unit[:5], 7)
-    monkeypatch.setitem(sys.modules, "sklearn.cluster", None)
-    with pytest.raises(ImportError, match=r"spacy-bert-pipes\[discover\]"):
-        kmeans_clusters(unit, 6)
 
 
-def test_choose_k_finds_the_blobs_on_a_sample(extras: None) -> None:
+def test_kmeans_and_silhouettes_match_scikit_learn(extras: None) -> None:
     pytest.importorskip("sklearn")
+    from sklearn.metrics import adjusted_rand_score, silhouette_score
+
+    unit, truth = blobs(seed=8, n_noise=30)
+    labels = kmeans(unit, 7, seed=0)
+    assert adjusted_rand_score(truth[truth >= 0], labels[truth >= 0]) > 0.95
+    for k in (2, 5, 9):
+        ours = kmeans(unit, k, seed=1)
+        (mine,) = silhouettes(unit, [ours])
+        assert mine == pytest.approx(silhouette_score(unit, ours, metric="cosine"), abs=1e-4)
+
+
+def test_choose_k_finds_the_blobs_on_a_sample() -> None:
     unit, _ = blobs(seed=4, n_blobs=7, n_noise=0)
     k, curve = choose_k(unit, seed=0)
     assert k == 7 and curve[7] == max(curve.values())
@@ -106,8 +118,7 @@ def test_choose_k_finds_the_blobs_on_a_sample(extras: None) -> None:
     assert choose_k(unit, max_clusters=5, seed=0)[0] <= 5
 
 
-def test_choose_k_on_pools_too_small_to_split(extras: None) -> None:
-    pytest.importorskip("sklearn")
+def test_choose_k_on_pools_too_small_to_split() -> None:
     unit, _ = blobs(seed=5, n_blobs=1, per_blob=9, n_noise=0)
     assert choose_k(unit, min_cluster_size=5) == (1, {})
     # three texts five times each: K stops at the distinct docs, no warning
@@ -120,12 +131,17 @@ def test_choose_k_on_pools_too_small_to_split(extras: None) -> None:
         choose_k(unit, max_clusters=1)
 
 
-def test_plateau_end_stays_on_the_best_plateau() -> None:
-    # the best at 4, its plateau to 6; a far plateau within 5% at 40 is not it
-    curve = {2: 0.1, 3: 0.3, 4: 0.40, 5: 0.39, 6: 0.385, 8: 0.2, 20: 0.25, 40: 0.395}
-    assert plateau_end(curve) == 6
-    assert plateau_end({2: 0.5, 3: 0.2}) == 2
-    assert plateau_end({2: -0.1, 3: -0.104, 4: -0.2}) == 3  # within 5% of a negative best
+def test_k_stops_early_on_a_flat_curve() -> None:
+    # a peak: the peak, not a far K about as good
+    curve = {2: 0.1, 3: 0.3, 4: 0.40, 5: 0.39, 6: 0.385, 8: 0.2, 20: 0.25, 40: 0.3}
+    assert smallest_near_best(curve) == 4
+    assert smallest_near_best({2: 0.5, 3: 0.2}) == 2
+    assert smallest_near_best({2: -0.1, 3: -0.104, 4: -0.2}) == 2
+    # flat (0.098 to 0.121 from K = 5 to 198): the old rule took the grid's end
+    flat = {2: 0.04, 3: 0.07, 4: 0.09, 5: 0.098}
+    flat.update({k: 0.098 + 0.023 * n / 24 for n, k in enumerate(k_grid(200)[4:], 1)})
+    assert max(flat, key=flat.__getitem__) == 198
+    assert smallest_near_best(flat) < 30
 
 
 def test_k_grid() -> None:
@@ -135,8 +151,7 @@ def test_k_grid() -> None:
     assert grid[-1] <= 200 and len(grid) < 40 and grid == sorted(set(grid))
 
 
-def test_cluster_pool_by_name(extras: None) -> None:
-    pytest.importorskip("sklearn")
+def test_cluster_pool_by_name() -> None:
     unit, truth = blobs(seed=6, n_blobs=5)
     auto, method = cluster_pool(unit, "auto", seed=0)
     assert "silhouette" in method["method"]
@@ -144,8 +159,9 @@ def test_cluster_pool_by_name(extras: None) -> None:
     for blob in range(5):  # each blob one cluster, whole and nearly pure
         (cluster,) = set(auto[truth == blob].tolist())
         assert cluster != NOISE and (truth[auto == cluster] == blob).mean() >= 0.9
-    # the scattered docs: in clusters under min_cluster_size (noise) or few
-    assert method["k"] >= auto.max() + 1 and (auto[truth == NOISE] == NOISE).mean() > 0.5
+    # the scattered docs: kept apart from the blobs, in a cluster or two of
+    # their own (a reviewer rejects them) or under min_cluster_size (noise)
+    assert method["k"] >= auto.max() + 1 and method["k"] <= 7
     density, method = cluster_pool(unit, "density")
     assert (density == density_clusters(unit)).all() and "HDBSCAN" in method["method"]
     given, method = cluster_pool(unit, 4, seed=0)
@@ -164,23 +180,21 @@ def test_parse_clusters_names_what_it_takes(bad: object) -> None:
 
 
 def test_auto_warns_when_the_silhouette_rises_to_the_largest_k(
-    monkeypatch: pytest.MonkeyPatch, extras: None
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pytest.importorskip("sklearn")
     import spacy_bert_pipes.discover.cluster as cluster
 
     unit, _ = blobs(seed=7, n_blobs=4)
     _, method = cluster_pool(unit, "auto", seed=0)
     assert "warning" not in method  # a peak: no warning
     rising = {2: 0.1, 3: 0.2, 4: 0.3}
-    monkeypatch.setattr(cluster, "choose_k", lambda *args, **kwargs: (4, rising))
+    monkeypatch.setattr(cluster, "choose_k", lambda *args, **kwargs: (3, rising))
     labels, method = cluster_pool(unit, "auto", seed=0)
-    assert method["k"] == 4 and labels.max() + 1 <= 4
-    assert "no peak below the largest K tried (4)" in method["warning"]
+    assert method["k"] == 3 and labels.max() + 1 <= 3
+    assert "no peak below the largest K tried (4): K = 3" in method["warning"]
 
 
-def test_kmeans_says_what_runs(capsys: pytest.CaptureFixture, extras: None) -> None:
-    pytest.importorskip("sklearn")
+def test_kmeans_says_what_runs(capsys: pytest.CaptureFixture) -> None:
     unit, _ = blobs(seed=3, n_noise=0)
     quiet = kmeans_clusters(unit, 6, seed=0)
     assert capsys.readouterr().err == ""

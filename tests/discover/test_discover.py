@@ -162,16 +162,16 @@ def test_an_encoder_checkpoint_gives_the_vectors(annotations: Path, tiny_bert: P
         discover(annotations, encoder="no-such-encoder", clusters="density")
 
 
-def test_k_clusters(annotations: Path, extras: None) -> None:
-    pytest.importorskip("sklearn")
+def test_k_clusters(annotations: Path) -> None:
     found = discover(annotations, clusters=3, min_cluster_size=2, seed=1)
     assert found.summary["clusters"] == 3 and found.summary["method"] == "k-means, 3 clusters"
     assert found.summary["noise"] == 0
-    # K from the data: the two groups of twelve (the scattered docs in clusters
-    # under min_cluster_size, or in the groups' as their nearest)
+    # K from the data: the two groups of twelve, and the scattered docs in a
+    # cluster of their own (or in the groups' as their nearest)
     found = discover(annotations, clusters="auto", min_cluster_size=5, seed=0)
     assert "by the cosine silhouette of 30 docs" in found.summary["method"]
-    assert sorted(c.keywords[0] for c in found.clusters) == ["delivery", "paris"]
+    assert {"delivery", "paris"} <= {c.keywords[0] for c in found.clusters}
+    assert len(found.clusters) <= 3
     with pytest.raises(ValueError, match="--clusters must be 'auto'"):
         discover(annotations, clusters="three")
 
@@ -185,7 +185,8 @@ def test_files_and_the_review_read_back(annotations: Path, tmp_path: Path) -> No
     rows = [json.loads(line) for line in (out / "review.jsonl").read_text().splitlines()]
     assert list(rows[0]) == [
         "cluster", "size", "name", "keywords", "nearest_label", "nearest_cosine",
-        "verdict", "representatives", "action",
+        "verdict", "routed_share", "routed_to", "proposal", "merge_cosine",
+        "representatives", "action",
     ]  # fmt: skip
     assert all(row["action"] == "" for row in rows)
     summary = json.loads((out / SUMMARY).read_text())
