@@ -1,5 +1,5 @@
-"""Each head's test score at two prediction precisions, and the doc vectors' cosine
-between them (not a test).
+"""Each head's test score at several prediction precisions, and the doc vectors'
+cosine between the first and each other (not a test).
 
     python bench/precision_scores.py PIPELINE [--precisions fp32,int8]
         [--test corpus/banking77/test.spacy ...] [--vector-texts 500]
@@ -70,7 +70,7 @@ def vectors(pipeline: Path, precision: str, texts: List[str]) -> numpy.ndarray:
 
 def main(
     pipeline: Path = typer.Argument(..., help="A trained pipeline folder"),
-    precisions: str = typer.Option("fp32,int8", help="Two precisions: reference, other"),
+    precisions: str = typer.Option("fp32,int8", help="The reference, then the others"),
     test: Optional[List[str]] = typer.Option(None, help="Test .spacy files (repeatable)"),
     vector_texts: int = typer.Option(500, help="Texts for the doc-vector cosine (0: none)"),
     output: Path = typer.Option(Path("bench/results/precision_scores.json")),
@@ -78,7 +78,9 @@ def main(
     import spacy
     from spacy.tokens import DocBin
 
-    reference, other = precisions.split(",")
+    reference, *others = precisions.split(",")
+    if not others:
+        raise typer.BadParameter(f"{precisions!r}: name a reference and at least one other")
     tests = list(test or DEFAULT_TESTS)
     out = output.with_suffix("")
     out.mkdir(parents=True, exist_ok=True)
@@ -86,24 +88,29 @@ def main(
     scores: Dict[str, Dict[str, Dict[str, float]]] = {}
     for path in tests:
         name = Path(path).parent.name
-        scores[name] = {p: evaluate(pipeline, path, p, out) for p in (reference, other)}
+        scores[name] = {p: evaluate(pipeline, path, p, out) for p in (reference, *others)}
         for key, value in scores[name][reference].items():
-            moved = scores[name][other].get(key, float("nan")) - value
-            print(f"{name:12s} {key:40s} {reference} {value:8.4f}  {other} {moved:+.4f}")
+            moved = "  ".join(
+                f"{p} {scores[name][p].get(key, float('nan')) - value:+.4f}" for p in others
+            )
+            print(f"{name:12s} {key:40s} {reference} {value:8.4f}  {moved}")
     record["scores"] = scores
     if vector_texts:
         nlp = spacy.blank("en")
         docs = DocBin().from_disk(tests[0]).get_docs(nlp.vocab)
         texts = [doc.text for _, doc in zip(range(vector_texts), docs)]
-        a, b = vectors(pipeline, reference, texts), vectors(pipeline, other, texts)
-        cosine = (a * b).sum(1) / numpy.linalg.norm(a, axis=1) / numpy.linalg.norm(b, axis=1)
-        record["vector_cosine"] = {
-            "texts": len(texts),
-            "min": float(cosine.min()),
-            "mean": float(cosine.mean()),
-            "p01": float(numpy.quantile(cosine, 0.01)),
-        }
-        print(f"doc.vector cosine {reference} vs {other}: {record['vector_cosine']}")
+        a = vectors(pipeline, reference, texts)
+        record["vector_cosine"] = {}
+        for other in others:
+            b = vectors(pipeline, other, texts)
+            cosine = (a * b).sum(1) / numpy.linalg.norm(a, axis=1) / numpy.linalg.norm(b, axis=1)
+            record["vector_cosine"][other] = {
+                "texts": len(texts),
+                "min": float(cosine.min()),
+                "mean": float(cosine.mean()),
+                "p01": float(numpy.quantile(cosine, 0.01)),
+            }
+            print(f"doc.vector cosine {reference} vs {other}: {record['vector_cosine'][other]}")
     output.write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
     print(f"wrote {output}")
 
