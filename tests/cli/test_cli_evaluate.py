@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 import pytest
 import spacy
 import torch
-from helpers import NER_TEXTS, SMALL_ENCODER, TRAIN_TEXTS, loader_config
+from helpers import FP32_ENCODER, NER_TEXTS, SMALL_ENCODER, TRAIN_TEXTS, loader_config
 from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
@@ -33,8 +33,8 @@ def textcat_ner(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Di
     own encoder), and a corpus with both annotations."""
     root = tmp_path_factory.mktemp("textcat_ner")
     nlp = spacy.blank("en")
-    for name in ("bert_textcat", "bert_ner"):
-        nlp.add_pipe(name, config={"model": {"encoder": SMALL_ENCODER}})
+    for name in ("bert_textcat", "bert_ner"):  # fp32: compared with spaCy's other batches
+        nlp.add_pipe(name, config={"model": {"encoder": FP32_ENCODER}})
         nlp.config["initialize"]["components"][name] = loader_config(tiny_bert)
     docs = []
     for text, ents in NER_TEXTS:

@@ -10,6 +10,7 @@ import spacy
 from helpers import (
     LABELS,
     NER_LABELS,
+    FP32_ENCODER,
     SMALL_ENCODER,
     TRAIN_TEXTS,
     loader_config,
@@ -24,7 +25,7 @@ TEXTS = [text for text, _ in TRAIN_TEXTS] * 3 + ["a long text " * 20]
 
 def textcat_nlp(tiny_bert: Path) -> Language:
     nlp = spacy.blank("en")
-    nlp.add_pipe("bert_textcat", config={"model": {"encoder": SMALL_ENCODER}})
+    nlp.add_pipe("bert_textcat", config={"model": {"encoder": FP32_ENCODER}})
     nlp.config["initialize"]["components"]["bert_textcat"] = {
         **loader_config(tiny_bert),
         "labels": LABELS,
@@ -66,7 +67,7 @@ def test_prefetched_batches_give_the_same_output(
 def test_shared_encoder_prefetches_too(tiny_bert: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     listener = {"@architectures": "spacy-bert-pipes.EncoderListener.v1", "upstream": "*"}
     nlp = spacy.blank("en")
-    nlp.add_pipe("bert_encoder", config={"model": SMALL_ENCODER})
+    nlp.add_pipe("bert_encoder", config={"model": FP32_ENCODER})
     nlp.add_pipe("bert_textcat", config={"model": {"encoder": listener}})
     nlp.config["initialize"]["components"] = {
         "bert_encoder": loader_config(tiny_bert),

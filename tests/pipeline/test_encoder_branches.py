@@ -8,6 +8,7 @@ import pytest
 import spacy
 import torch
 from helpers import (
+    FP32_ENCODER,
     SMALL_ENCODER,
     TRAIN_TEXTS,
     count_calls,
@@ -50,7 +51,7 @@ def module_of(nlp: Language) -> Any:
 
 def test_branch_starts_as_the_shared_top_layers(tiny_bert: Path) -> None:
     """Before training, the head's own top layers compute what the shared ones do."""
-    nlp = branched_nlp(tiny_bert)
+    nlp = branched_nlp(tiny_bert, encoder=FP32_ENCODER)  # the branch runs the fp32 layers
     nlp.initialize(lambda: examples_of(nlp))
     assert module_of(nlp).branch_layers == {"bert_textcat": 1}
     # one padded batch: the short doc's padding must be masked in the branch too

@@ -64,11 +64,12 @@ def test_shared_pipeline_round_trip_and_two_processes(tiny_bert: Path, tmp_path:
     for _ in range(3):
         nlp.update(examples, sgd=optimizer)
     texts = [t for t, _ in TRAIN_TEXTS] + ["", "word " * 100]
-    before = [doc.cats for doc in nlp.pipe(texts)]
+    # the same batches throughout: at int8 a doc's outputs depend on its batch
+    before = [doc.cats for doc in nlp.pipe(texts, batch_size=3)]
     nlp.to_disk(tmp_path / "shared")
     loaded = spacy.load(tmp_path / "shared")
     assert loaded.get_pipe("bert_encoder").listening_components == ["bert_textcat"]
-    after = [doc.cats for doc in loaded.pipe(texts)]
+    after = [doc.cats for doc in loaded.pipe(texts, batch_size=3)]
     two = [doc.cats for doc in loaded.pipe(texts, n_process=2, batch_size=3)]
     for a, b, c in zip(before, after, two):
         for label in a:
