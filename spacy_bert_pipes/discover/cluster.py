@@ -352,7 +352,7 @@ def cluster_pool(
         if is_flat(curve):
             warning = (
                 f"the silhouette has no peak below the largest K tried ({max(curve)}): K = "
-                f"{k} is where it rose 30% of the way to its best; look at 'silhouettes' in "
+                f"{k} is the curve's knee; look at 'silhouettes' in "
                 "summary.json and at the review's merge proposals, or give --clusters K"
             )
     else:

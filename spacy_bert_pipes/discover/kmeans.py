@@ -11,14 +11,13 @@ numpy alone: `discover`'s default (`--clusters auto`) needs no extra package.
 - `choose_k`: on a seeded sample of at most SILHOUETTE_SAMPLE docs, k-means
   for each K of a geometric grid (`k_grid`), scored by the silhouette; K is
   `smallest_near_best`: the smallest K whose silhouette is within 5% of the
-  best. On a curve with a peak that is the peak (or a K just before it); on
-  a flat one, which pools of short texts among scattered foreign requests
-  give (0.098 to 0.121 from K = 5 to 198), with no peak below the grid's end,
-  it is the smallest K 30% of the way up from K = 2's silhouette to the best, where
-  the old rule (the end of the best's plateau) ran to the grid's end: 128
-  clusters for 8 new intents. A reviewer merges over-split clusters (the
-  review file proposes the merges), where splitting a mixed one means
-  reading it all.
+  best. On a curve with a peak that is the peak (or a K just before it). On
+  one with no peak below the grid's end, which pools of short texts among
+  many scattered foreign requests give (0.098 to 0.121 from K = 5 to 198), it
+  is the curve's knee (`knee`), where the old rule (the end of the best's
+  plateau) ran to the grid's end: 128 clusters for 8 new intents. A reviewer
+  merges over-split clusters (the review file proposes the merges), where
+  splitting a mixed one means reading it all.
 """
 
 from typing import Dict, List, Optional, Tuple
@@ -31,8 +30,6 @@ from ..progress import progress_bar
 SILHOUETTE_SAMPLE = 4000
 K_STEP = 1.15
 K_TOLERANCE = 0.05
-# chosen on the flat pools of bench/discover_review.py (docs/benchmarks/discovery.md)
-FLAT_SHARE = 0.3
 MAX_CLUSTERS = 200
 # Lloyd's iterations at most per run; they stop when at most this share of
 # the rows changed cluster (scikit-learn stops on a tolerance of the centres)
@@ -190,16 +187,29 @@ def choose_k(
 def smallest_near_best(curve: Dict[int, float]) -> int:
     """K from the silhouette curve: the smallest K within K_TOLERANCE of the
     best (relative), when the curve has a peak; when it has none (it rose to
-    the grid's end), the smallest K that reaches FLAT_SHARE of the way from the
-    first K's silhouette to the best. A flat curve says no K is better than
-    its neighbours: of near-equal K the smaller is shown, over-split clusters
-    being what the review's merge proposals mend."""
-    grid = sorted(curve)
+    the grid's end), its knee (`knee`). A flat curve says no K is much better
+    than its neighbours: of near-equal K the smaller is shown, over-split
+    clusters being what the review's merge proposals mend."""
+    if is_flat(curve):
+        return knee(curve)
     best = max(curve.values())
     floor = best - K_TOLERANCE * abs(best)
-    if is_flat(curve):
-        floor = curve[grid[0]] + FLAT_SHARE * (best - curve[grid[0]])
-    return next(k for k in grid if curve[k] >= floor)
+    return next(k for k in sorted(curve) if curve[k] >= floor)
+
+
+def knee(curve: Dict[int, float]) -> int:
+    """The knee of a rising curve (Satopaa et al.'s Kneedle, 2011): K and the
+    silhouette each scaled to [0, 1] over the grid, the K where the scaled
+    silhouette is farthest above the scaled K: past it, each cluster more
+    buys less silhouette than the ones before."""
+    grid = sorted(curve)
+    if len(grid) < 3:  # no knee in two points: the best
+        return max(grid, key=lambda k: (curve[k], -k))
+    ks = numpy.asarray(grid, dtype="float64")
+    values = numpy.asarray([curve[k] for k in grid], dtype="float64")
+    span = max(float(values.max() - values.min()), 1e-12)
+    scaled = (values - values.min()) / span - (ks - ks[0]) / max(ks[-1] - ks[0], 1.0)
+    return grid[int(numpy.argmax(scaled))]
 
 
 def is_flat(curve: Dict[int, float]) -> bool:

@@ -142,6 +142,12 @@ def test_k_stops_early_on_a_flat_curve() -> None:
     flat.update({k: 0.098 + 0.023 * n / 24 for n, k in enumerate(k_grid(200)[4:], 1)})
     assert max(flat, key=flat.__getitem__) == 198
     assert smallest_near_best(flat) < 30
+    # a real one, rising to K = 198 (CLINC150, 30 held-out intents' test queries
+    # among 1,000 out-of-scope ones, bench/discover_frozen.py's seed 0): its knee
+    values = [0.043, 0.044, 0.048, 0.053, 0.055, 0.056, 0.065, 0.063, 0.073, 0.077, 0.074]
+    values += [0.069, 0.095, 0.103, 0.112, 0.112, 0.122, 0.141, 0.143, 0.155, 0.156, 0.155]
+    values += [0.164, 0.166, 0.162, 0.161, 0.162, 0.164, 0.172, 0.174]
+    assert smallest_near_best(dict(zip(k_grid(200), values))) == 49
 
 
 def test_k_grid() -> None:
