@@ -38,6 +38,7 @@ from ..models.heads.prototypes import (
     store_prototypes,
 )
 from ..models.heads.vector_losses import anchor_to_teacher, contrastive_loss
+from .frozen_vectors import FrozenVectors
 from .label_descriptions import name_description, read_label_descriptions
 from .textcat_scope import ScopeRouter
 from .textcat_targets import gold_targets
@@ -273,7 +274,7 @@ class LabelPrototypes:
         *,
         sgd: Optional[Optimizer],
         losses: Dict[str, float],
-        teacher: Optional[Model] = None,
+        teacher: Optional[FrozenVectors] = None,
     ) -> Dict[str, float]:
         """One update: the classifier's loss (`get_loss`) plus contrastive_weight
         times the pair loss over the batch's sentence vectors, docs of the same

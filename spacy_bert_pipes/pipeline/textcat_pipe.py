@@ -30,6 +30,7 @@ from .common import (
     own_encoder,
     train_step,
 )
+from .frozen_vectors import FrozenVectors
 from .label_descriptions import check_label, read_label_descriptions
 from .label_prototypes import PROTOTYPE_SETTINGS, LabelPrototypes, check_prototype_settings
 from .new_labels import Guarding, NewLabels
@@ -97,7 +98,7 @@ class BertTextCategorizer(ConfiguredPipe):
         }
         cfg = self.cfg
         check_prototype_settings(name, cfg, model)
-        self._teacher: Optional[Model] = None  # vector_anchor: the body as training starts
+        self._teacher: Optional[FrozenVectors] = None  # vector_anchor: the body as it starts
         check_scope_settings(
             name,
             cfg["oos_method"],
@@ -293,13 +294,14 @@ class BertTextCategorizer(ConfiguredPipe):
             losses={} if losses is None else losses,
         )
 
-    def _vector_teacher(self) -> Optional[Model]:
+    def _vector_teacher(self) -> Optional[FrozenVectors]:
         """With vector_anchor, a frozen copy of the model's body (encoder and
-        sentence vectors) made at the first update after initialize; not saved."""
+        sentence vectors) made at the first update after initialize, its vectors
+        remembered by text (`frozen_vectors.py`); not saved."""
         if not self.cfg["vector_anchor"]:
             return None
         if self._teacher is None:
-            self._teacher = self.model.get_ref("body").copy()
+            self._teacher = FrozenVectors(self.model.get_ref("body").copy())
         return self._teacher
 
     def truths(self, examples: Sequence[Example]) -> Tuple[numpy.ndarray, numpy.ndarray]:
