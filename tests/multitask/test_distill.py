@@ -8,9 +8,9 @@ import numpy
 import pytest
 import spacy
 from helpers import (
+    FP32_ENCODER,
     LABELS,
     NER_TEXTS,
-    FP32_ENCODER,
     SMALL_ENCODER,
     TRAIN_TEXTS,
     gold_answers,

@@ -8,9 +8,9 @@ from typing import Any, List, Sequence
 import pytest
 import spacy
 from helpers import (
+    FP32_ENCODER,
     LABELS,
     NER_LABELS,
-    FP32_ENCODER,
     SMALL_ENCODER,
     TRAIN_TEXTS,
     loader_config,
