@@ -21,13 +21,13 @@ of scope. The held-out intents' other training queries are in no split.
 """
 
 import difflib
-import hashlib
 import random
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set
 
+from ..io.digest import file_sha256
 from ..io.errors import ConversionError
 from .fields import read_text
 from .textcat import TextcatRow, read_clinc150, read_labels_file, read_textcat_rows
@@ -84,7 +84,7 @@ class Banking77OOS:
             "in_scope_intents": self.labels,
             "id_oos_intents": self.id_oos_intents,
             "sources": {
-                role: {"path": str(path), "sha256": sha256(path)}
+                role: {"path": str(path), "sha256": file_sha256(path)}
                 for role, path in self.sources.items()
             },
         }
@@ -186,15 +186,6 @@ def build_banking77_oos(
         unused_id_oos=unused,
         sources=sources,
     )
-
-
-def sha256(path: Path) -> str:
-    """The file's sha256, in hex."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as file_:
-        for block in iter(lambda: file_.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read_banking77(path: Path, categories: Sequence[str]) -> List[TextcatRow]:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from ..io.digest import file_sha256
 from ..io.errors import ConversionError
-from .banking77_oos import sha256
 from .textcat import CLINC150_OOS_INTENT, TextcatRow, read_clinc150
 
 DEFAULT_HELD_OUT = 30
@@ -104,7 +104,7 @@ class Clinc150Discover:
             "counts": self.counts(),
             "known_intents": self.labels,
             "held_out_intents": self.held_out,
-            "source": {"path": str(self.source), "sha256": sha256(self.source)},
+            "source": {"path": str(self.source), "sha256": file_sha256(self.source)},
         }
 
 

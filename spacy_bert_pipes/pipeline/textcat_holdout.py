@@ -10,7 +10,6 @@ out-of-scope one, which calibration does not use) for the threshold;
 saw, so that `threshold` can say when it is given that file again.
 """
 
-import hashlib
 import math
 import random
 from collections import defaultdict
@@ -19,6 +18,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from spacy.language import Language
 from spacy.training import Example
+
+from ..io.digest import file_sha256
 
 # The pipeline meta's key for what `bert-pipes calibrate` fit on.
 META_KEY = "bert_pipes_calibration"
@@ -55,14 +56,6 @@ def split_dev(
         held.update(rng.sample(rows, n_held))
     kept = [eg for i, eg in enumerate(examples) if i not in held]
     return kept, [eg for i, eg in enumerate(examples) if i in held]
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def record_calibration(

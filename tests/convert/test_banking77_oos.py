@@ -1,6 +1,7 @@
 """BANKING77-OOS rebuilt from a tiny Banking77 and CLINC150 written in tmp_path,
 by `build_banking77_oos` and by `bert-pipes convert banking77-oos`."""
 
+import hashlib
 import json
 from pathlib import Path
 from typing import List, Optional
@@ -18,7 +19,12 @@ from spacy_bert_pipes.convert import (
     read_intent_list,
     rows_to_docs,
 )
-from spacy_bert_pipes.convert.banking77_oos import KINDS, SPLITS, sha256
+from spacy_bert_pipes.convert.banking77_oos import KINDS, SPLITS
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
 
 INTENTS = ["card_arrival", "card_linking", "exchange_rate", "pin_blocked", "top_up_limits"]
 HELD_OUT = ["pin_blocked", "exchange_rate"]

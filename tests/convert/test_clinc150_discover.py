@@ -1,6 +1,7 @@
 """CLINC150 with intents held out, from a tiny data_full.json written in
 tmp_path, by `build_clinc150_discover` and `bert-pipes convert clinc150-discover`."""
 
+import hashlib
 import json
 from pathlib import Path
 from typing import List
@@ -17,7 +18,11 @@ from spacy_bert_pipes.convert import (
     build_clinc150_discover,
     held_out_intents,
 )
-from spacy_bert_pipes.convert.banking77_oos import sha256
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
 
 INTENTS = [f"intent_{i}" for i in range(8)]
 N_TRAIN, N_VAL, N_TEST = 5, 2, 3
