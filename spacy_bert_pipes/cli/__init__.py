@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     labels,
     pretrain,
     report,
+    shrink,
     similar,
     steps,
 )

@@ -2,7 +2,7 @@
 the options several of them take."""
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Dict, List, NoReturn
 
 import typer
 
@@ -22,6 +22,20 @@ def fail(message: str) -> NoReturn:
     """
     typer.secho(message, fg="red", err=True)
     raise typer.Exit(code=1)
+
+
+def name_value_pairs(values: List[str], option: str) -> Dict[str, str]:
+    """The NAME=VALUE values of a repeated option, by name; fails on a value
+    without a name or "=", or a name given twice."""
+    pairs: Dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            fail(f"{option} {value!r}: expected NAME=PATH")
+        if name in pairs:
+            fail(f"{option} {value!r}: {name!r} is given twice")
+        pairs[name] = path
+    return pairs
 
 
 def refuse_to_overwrite(output: Path, overwrite: bool) -> None:

@@ -1,24 +1,12 @@
 """`bert-pipes distill ...`: teachers trained apart annotate a one-pass student's corpora."""
 
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import typer
 
 from ..multitask.distill import DistillError, distill, load_teacher
-from .common import app, fail
-
-
-def _pairs(values: List[str], option: str) -> Dict[str, str]:
-    pairs: Dict[str, str] = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            fail(f"{option} {value!r}: expected NAME=PATH")
-        if name in pairs:
-            fail(f"{option} {value!r}: {name!r} is given twice")
-        pairs[name] = path
-    return pairs
+from .common import app, fail, name_value_pairs
 
 
 @app.command("distill")
@@ -46,10 +34,11 @@ def distill_cli(
         import spacy
 
         spacy.require_gpu(gpu_id)
-    sources = {name: Path(path) for name, path in _pairs(source, "--source").items()}
+    sources = {name: Path(path) for name, path in name_value_pairs(source, "--source").items()}
     try:
         teachers = [
-            load_teacher(name, Path(path)) for name, path in _pairs(teacher, "--teacher").items()
+            load_teacher(name, Path(path))
+            for name, path in name_value_pairs(teacher, "--teacher").items()
         ]
         summary = distill(sources, teachers, output_dir, batch_size=batch_size)
     except DistillError as err:

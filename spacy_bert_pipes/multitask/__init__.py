@@ -8,6 +8,8 @@ labels.py      `spacy-bert-pipes.corpus_labels.v1`: the labels of one corpus, fo
 distill.py     `bert-pipes distill`: teachers trained apart annotate every doc that
                lacks their head's annotation (imported on its own: it loads pipes);
                their probabilities go to `doc._.bert_pipes_targets` (corpus_attrs.py)
+shrink.py      `bert-pipes shrink`: a student of a trained pipeline with K of its
+               encoder layers, trained on the pipeline's outputs (with distill.py)
 compare.py     the one-pass pipeline's scores and docs/s beside the heads apart
 """
 

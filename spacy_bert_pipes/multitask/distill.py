@@ -16,13 +16,15 @@ the teachers' outputs everywhere else:
   answer, as `doc._.gold_answers` (its questions in `doc._.questions`).
 
 A doc that has gold annotation for a head keeps it. There is no teacher annealing:
-gold and teacher targets are not mixed on one doc.
+gold and teacher targets are not mixed on one doc. Teachers that share one
+pipeline (`pipeline_teachers`: all the heads of a pipeline teaching its smaller
+copy, `shrink.py`) annotate from one run of it.
 """
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from spacy.language import Language
 from spacy.tokens import Doc, Span
@@ -32,6 +34,7 @@ from ..io.docbins import read_docs, write_docs
 from ..loading import PipelineLoadError, load_pipeline
 
 KINDS = ("textcat", "ner", "qa")
+T = TypeVar("T")
 SUMMARY = "distill.json"
 
 
@@ -114,28 +117,47 @@ def load_teacher(component: str, path: Path) -> Teacher:
     return Teacher(component=component, path=path, nlp=nlp, head=head, kind=kind)
 
 
-def _teacher_doc(teacher: Teacher, doc: Doc) -> Doc:
+def pipeline_teachers(path: Path, nlp: Language) -> List[Teacher]:
+    """Every bert_textcat, bert_ner and bert_qa of one loaded pipeline, each the
+    teacher of the student component of its own name (`bert-pipes shrink`: the
+    student is a copy of the pipeline). They share `nlp`, so `distill` runs it
+    once per batch for all of them."""
+    teachers = [
+        Teacher(component=name, path=path, nlp=nlp, head=name, kind=kind)
+        for name, pipe in nlp.pipeline
+        if (kind := _kind(pipe)) is not None
+    ]
+    if not teachers:
+        names = ", ".join(nlp.pipe_names) or "none"
+        raise DistillError(
+            f"{path}: no bert_textcat, bert_ner or bert_qa to teach with (components: {names})"
+        )
+    return teachers
+
+
+def _teacher_doc(nlp: Language, doc: Doc) -> Doc:
     """The doc's tokens as a new doc of the teacher's vocab, so that the teacher's
     token indices are the doc's."""
     words = [token.text for token in doc]
     spaces = [bool(token.whitespace_) for token in doc]
-    return Doc(teacher.nlp.vocab, words=words, spaces=spaces)
+    return Doc(nlp.vocab, words=words, spaces=spaces)
 
 
-def _annotate(teacher: Teacher, docs: Sequence[Doc], batch_size: int) -> None:
-    """Write the teacher's outputs into `docs` (the reference docs of a source)."""
-    predicted = teacher.nlp.pipe(
-        (_teacher_doc(teacher, doc) for doc in docs), batch_size=batch_size
-    )
-    for doc, out in zip(docs, predicted):
-        if teacher.kind == "textcat":
-            labels = teacher.pipe.labels
-            set_soft_targets(doc, teacher.component, {label: out.cats[label] for label in labels})
-        elif teacher.kind == "ner":
-            ents = [Span(doc, e.start, e.end, label=e.label_) for e in out.ents]
-            doc.set_ents(ents, default="outside")
-        else:
-            _set_answers(teacher, doc, out)
+def _annotate(nlp: Language, rows: Sequence[Tuple[Doc, List[Teacher]]], batch_size: int) -> None:
+    """Run the teachers' pipeline over the docs (the reference docs of a source)
+    once, and write each teacher's output into the docs it lacks it on."""
+    words = (_teacher_doc(nlp, doc) for doc, _ in rows)
+    for (doc, teachers), out in zip(rows, nlp.pipe(words, batch_size=batch_size)):
+        for teacher in teachers:
+            if teacher.kind == "textcat":
+                labels = teacher.pipe.labels
+                probabilities = {label: out.cats[label] for label in labels}
+                set_soft_targets(doc, teacher.component, probabilities)
+            elif teacher.kind == "ner":
+                ents = [Span(doc, e.start, e.end, label=e.label_) for e in out.ents]
+                doc.set_ents(ents, default="outside")
+            else:
+                _set_answers(teacher, doc, out)
 
 
 def _set_answers(teacher: Teacher, doc: Doc, out: Doc) -> None:
@@ -191,15 +213,17 @@ def distill(
     for name, path in sources.items():
         docs = _read(Path(path), vocab)
         entry = summary[name] = SourceSummary(docs=len(docs))
-        for teacher in teachers:
-            todo = [doc for doc in docs if teacher.lacks(doc)]
-            entry.annotated[teacher.component] = len(todo)
-            bar = progress_bar(
-                len(todo), 0, unit="doc", desc=f"{name}: {teacher.component}", disable=not progress
-            )
+        for group in _by_pipeline(teachers):
+            # which of the group's teachers each doc lacks, before any of them writes
+            lacking = [[t for t in group if t.lacks(doc)] for doc in docs]
+            for teacher in group:
+                entry.annotated[teacher.component] = sum(teacher in ts for ts in lacking)
+            rows = [(doc, ts) for doc, ts in zip(docs, lacking) if ts]
+            desc = f"{name}: {', '.join(t.component for t in group)}"
+            bar = progress_bar(len(rows), 0, unit="doc", desc=desc, disable=not progress)
             with bar:
-                for chunk in _chunks(todo, batch_size * 8):
-                    _annotate(teacher, chunk, batch_size)
+                for chunk in _chunks(rows, batch_size * 8):
+                    _annotate(group[0].nlp, chunk, batch_size)
                     bar.update(len(chunk))
         write_docs(docs, output_dir / f"{name}.spacy", store_user_data=True)
     record = {
@@ -213,6 +237,15 @@ def distill(
     return summary
 
 
-def _chunks(items: List[Doc], size: int) -> Iterator[List[Doc]]:
+def _by_pipeline(teachers: Sequence[Teacher]) -> List[List[Teacher]]:
+    """The teachers grouped by the pipeline object they run on, in order: a
+    pipeline that teaches several components runs once per batch for all."""
+    groups: Dict[int, List[Teacher]] = {}
+    for teacher in teachers:
+        groups.setdefault(id(teacher.nlp), []).append(teacher)
+    return list(groups.values())
+
+
+def _chunks(items: List[T], size: int) -> Iterator[List[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]

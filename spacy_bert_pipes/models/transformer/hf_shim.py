@@ -13,7 +13,7 @@ import copy
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 import srsly
 import torch
@@ -36,7 +36,7 @@ from .precision import (
     resolve_precision,
 )
 from .serial import DamagedEncoderError
-from .transformer_module import TransformerModule, set_frozen_layers
+from .transformer_module import TransformerModule, layer_count, set_frozen_layers
 
 
 def _one_thread_after_fork() -> None:
@@ -184,6 +184,19 @@ class HFShim(Shim):
         module = self.module
         module.add_branch(name, own_layers, frozen)
         module.branches[name].to(self.device)
+        self._reduced = None
+
+    @property
+    def n_layers(self) -> int:
+        """The transformer's layers (0 when they cannot be told apart: ALBERT)."""
+        return layer_count(self.module.transformer)
+
+    def keep_layers(self, layers: Sequence[int]) -> None:
+        """Cut the transformer down to its layers at the 0-based positions `layers`
+        (`TransformerModule.keep_layers`); the bottom `frozen_layers` of the kept
+        ones stay frozen."""
+        self.module.keep_layers(layers)
+        set_frozen_layers(self.module.transformer, self.frozen_layers)
         self._reduced = None
 
     def remove_branches(self) -> None:

@@ -3,13 +3,14 @@
 `TransformerModule` wraps the transformer with what our configs add to it: the
 hidden-state combination (`hidden_layers`), autocast in the configured precision
 and the optional casing embeddings added to the input embeddings.
-`set_frozen_layers` stops gradients for the bottom layers. Branches
+`set_frozen_layers` stops gradients for the bottom layers; `keep_layers` cuts
+the layer stack down to some of its layers (a smaller student encoder). Branches
 (`branches.py`) are heads' own copies of the top layers, run on the shared
 layers' output in the same call. `hf_shim.HFShim` holds one of these for thinc.
 """
 
 import inspect
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 
@@ -78,6 +79,24 @@ class TransformerModule(torch.nn.Module):
         for param in branch.parameters():
             param.requires_grad_(not frozen)
         self.branches[name] = branch
+
+    def keep_layers(self, layers: Sequence[int]) -> None:
+        """Keep only the transformer's layers at the 0-based positions `layers`
+        (increasing), in that order (`keep_layers` below). A branch owning n top
+        layers then runs on the output of the kept stack's layer K - n."""
+        too_deep = {name: n for name, n in self.branch_layers.items() if n > len(layers)}
+        if too_deep:
+            name, n = next(iter(too_deep.items()))
+            raise ValueError(
+                f"{name} owns the top {n} layers of the encoder (own_layers = {n}): a "
+                f"student of {len(layers)} layers needs at least {n}"
+            )
+        if self.hidden_layers != "last" and len(layers) < 4:
+            raise ValueError(
+                f"hidden_layers = {self.hidden_layers!r} needs at least 4 layers: "
+                f"cannot keep {len(layers)}"
+            )
+        keep_layers(self.transformer, layers)
 
     @property
     def branch_layers(self) -> Dict[str, int]:
@@ -197,6 +216,42 @@ def set_frozen_layers(transformer: torch.nn.Module, frozen_layers: Union[int, st
     for layer in layers[:frozen_layers]:
         for param in layer.parameters():
             param.requires_grad_(False)
+
+
+def layer_count(transformer: torch.nn.Module) -> int:
+    """How many layers the transformer's stack holds (0 when it has no list of
+    layers, as ALBERT's shared layer group)."""
+    layers = _encoder_layers(transformer)
+    config: Any = transformer.config
+    return 0 if layers is None or config.model_type == "albert" else len(layers)
+
+
+def keep_layers(transformer: torch.nn.Module, layers: Sequence[int]) -> None:
+    """Cut the transformer's layer stack down to the layers at the 0-based
+    positions `layers` (strictly increasing), and set its config's layer count
+    (`num_hidden_layers`, DistilBERT's `n_layers`) to match, so that it saves and
+    loads as a smaller model of its family. The kept layers keep their weights."""
+    stack = _encoder_layers(transformer)
+    n_layers = layer_count(transformer)
+    if stack is None or not n_layers:
+        raise ValueError(
+            f"{checkpoint_name(transformer)} has no list of layers to choose from "
+            "(encoder.layer or transformer.layer; ALBERT shares one layer at every depth)"
+        )
+    chosen: List[int] = list(layers)
+    if not chosen or chosen != sorted(set(chosen)) or not 0 <= chosen[0] <= chosen[-1] < n_layers:
+        raise ValueError(
+            f"layers to keep must be increasing positions between 0 and {n_layers - 1}: {chosen}"
+        )
+    kept = torch.nn.ModuleList([stack[i] for i in chosen])
+    parent: Any = getattr(transformer, "encoder", None)
+    if getattr(parent, "layer", None) is not stack:
+        parent = transformer.transformer
+    parent.layer = kept
+    config: Any = transformer.config
+    for attr in ("num_hidden_layers", "n_layers"):
+        if hasattr(config, attr):
+            setattr(config, attr, len(chosen))
 
 
 def _encoder_layers(transformer: torch.nn.Module) -> Optional[torch.nn.ModuleList]:
