@@ -37,8 +37,12 @@ from ..convert.clinc150_discover import (
     TRAFFIC,
     TRAFFIC_GOLD,
 )
+from ..convert.dev_split import check_dev_share, split_dev
 from ..io.errors import ConversionError
 from .common import app, fail, lang_option
+
+# --dev-share's file, beside OUTPUT: corpus/tickets.spacy -> corpus/tickets_dev.spacy
+DEV_SUFFIX = "_dev.spacy"
 
 convert_app = typer.Typer(
     help="Convert labelled data into spaCy .spacy files (DocBin) for training and evaluation.",
@@ -89,6 +93,23 @@ def convert_textcat_cli(
         help="A row with an empty label is out of scope: a doc with no positive label "
         "(default: an error)",
     ),
+    dev_share: Optional[float] = typer.Option(
+        None,
+        "--dev-share",
+        help="Also write a dev split: this share of each label's rows (and of the "
+        "out-of-scope rows), e.g. 0.2, drawn with --seed; OUTPUT gets the rest "
+        "(default: no split, every row in OUTPUT)",
+        show_default=False,
+    ),
+    dev_output: Optional[Path] = typer.Option(
+        None,
+        "--dev-output",
+        help="With --dev-share: the dev .spacy file (default: OUTPUT's name with "
+        f"{DEV_SUFFIX!r}, beside it)",
+        dir_okay=False,
+        show_default=False,
+    ),
+    seed: int = typer.Option(0, "--seed", help="With --dev-share: seeds the draw"),
     lang: str = lang_option(),
 ) -> None:
     """Convert labelled texts (CSV or JSONL) for text classification.
@@ -99,7 +120,12 @@ def convert_textcat_cli(
     out-of-scope row (--oos-label, --empty-oos) scores 0.0 for every label, as
     `convert clinc150` writes CLINC150's out-of-scope queries: bert_textcat's
     scorer counts such docs as out of scope.
+
+    With --dev-share, a seeded share of each label's rows (multi-label: of its
+    rarest label's) and of the out-of-scope rows goes to a dev file for
+    `bert-pipes calibrate` and `threshold`; every label keeps a training row.
     """
+    dev_path = _dev_path(output_path, dev_share, dev_output)
     nlp = blank(lang)
     try:
         # Without a labels file the label set is known only after reading all
@@ -125,12 +151,35 @@ def convert_textcat_cli(
         else:
             labels = sorted({label for row in rows for label in row.labels})
         unlabelled = oos_label is not None or empty_oos
-        docs = rows_to_docs(nlp, rows, labels, exclusive=not multilabel, unlabelled=unlabelled)
-        n_docs = write_docbin(docs, output_path)
+        # every row is checked before either file is written
+        docs = list(
+            rows_to_docs(nlp, rows, labels, exclusive=not multilabel, unlabelled=unlabelled)
+        )
+        if dev_path is None:
+            n_docs = write_docbin(docs, output_path)
+        else:
+            assert dev_share is not None
+            split = split_dev(rows, dev_share, seed=seed)
+            if not split.dev:
+                fail(
+                    f"{input_path}: --dev-share {dev_share:g} puts no row in dev: each "
+                    f"label has too few rows ({len(rows)} rows, {len(labels)} labels); "
+                    "give a larger share, or convert a dev file of its own"
+                )
+            n_docs = write_docbin(split.part(docs, dev=False), output_path)
     except ConversionError as err:
         fail(str(err))
-    n_oos = sum(1 for row in rows if not row.labels)
-    _report(n_docs, len(labels), output_path, n_oos if unlabelled else None)
+    if dev_path is None:
+        n_oos = sum(1 for row in rows if not row.labels)
+        _report(n_docs, len(labels), output_path, n_oos if unlabelled else None)
+        return
+    n_dev = write_docbin(split.part(docs, dev=True), dev_path)
+    train_oos, dev_oos = split.n_oos()
+    _report(n_docs, len(labels), output_path, train_oos if unlabelled else None)
+    _report(n_dev, len(labels), dev_path, dev_oos if unlabelled else None)
+    typer.echo(split.summary())
+    for warning in split.warnings(routing=not multilabel):
+        typer.secho(f"Warning: {warning}", fg="yellow", err=True)
 
 
 @convert_app.command("nluplusplus")
@@ -391,6 +440,22 @@ def blank(lang: str) -> Language:
         return spacy.blank(lang)
     except ImportError:
         fail(f"unknown language code {lang!r} (--lang)")
+
+
+def _dev_path(output: Path, share: Optional[float], dev_output: Optional[Path]) -> Optional[Path]:
+    """Where --dev-share writes the dev split (None: no split); fails on bad values."""
+    if share is None:
+        if dev_output is not None:
+            fail("--dev-output names the dev file of --dev-share: give --dev-share too")
+        return None
+    try:
+        check_dev_share(share)
+    except ValueError as err:
+        fail(f"--dev-share: {err}")
+    path = dev_output or output.with_name(output.stem + DEV_SUFFIX)
+    if path.resolve() == output.resolve():
+        fail(f"--dev-output {path} is OUTPUT: name another file for the dev split")
+    return path
 
 
 def _report(n_docs: int, n_labels: int, output_path: Path, n_oos: Optional[int] = None) -> None:

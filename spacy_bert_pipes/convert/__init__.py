@@ -14,6 +14,7 @@ token or entity is ever dropped or guessed at silently.
 
 fields.py      the helpers every reader shares (text and JSON files, JSON fields)
 textcat.py     TextcatRow, read_textcat_rows, read_nluplusplus, read_clinc150, rows_to_docs ...
+dev_split.py   split_dev: labelled rows into train and dev, stratified by label (--dev-share)
 banking77_oos.py  build_banking77_oos: BANKING77-OOS rebuilt from Banking77 and CLINC150
 clinc150_discover.py  build_clinc150_discover: CLINC150 with intents held out, and traffic
 ner.py         read_ner_docs, read_conll_ner, read_entity_jsonl, read_spacy_json
@@ -25,6 +26,7 @@ steps.py       training_steps: epochs of a converted corpus as spacy train's ste
 from ..io.errors import ConversionError
 from .banking77_oos import Banking77OOS, build_banking77_oos, read_intent_list
 from .clinc150_discover import Clinc150Discover, build_clinc150_discover, held_out_intents
+from .dev_split import DevSplit, split_dev
 from .docbin import write_docbin
 from .ner import (
     AUTO_SPANS_FIELDS,
@@ -65,6 +67,7 @@ __all__ = [
     "Banking77OOS",
     "Clinc150Discover",
     "ConversionError",
+    "DevSplit",
     "NerFileFormat",
     "TextcatRow",
     "TrainingSteps",
@@ -85,6 +88,7 @@ __all__ = [
     "read_squad",
     "read_textcat_rows",
     "rows_to_docs",
+    "split_dev",
     "training_steps",
     "write_docbin",
 ]
