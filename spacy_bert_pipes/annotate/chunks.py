@@ -21,7 +21,7 @@ from ..io.rows import InputRow
 from ..memory import trim
 from ..runtime.threads import fixed_threads
 from .types import AnnotateOptions
-from .vectors import VectorError, chunk_vectors, doc_vector
+from .vectors import VectorError, doc_vector
 
 # The reason of a doc that ran out of memory even alone starts with this.
 OOM_PREFIX = "out of memory: "
@@ -102,8 +102,6 @@ def annotate_chunk(
         results = _pipe(nlp, inputs, options.batch_size, options.n_process)
         outputs: List[Dict[str, Any]] = []
         errors: List[Dict[str, Any]] = []
-        docs = [result for result in results if not isinstance(result, str)]
-        given = iter(chunk_vectors(nlp, docs, vectors) if vectors is not None else [])
         found = iter(zip(good, results))
         for row in rows:
             if row.error is not None:
@@ -116,7 +114,7 @@ def annotate_chunk(
                 outputs.append({**doc_to_row(result, row.id), **row.kept})
             else:
                 try:
-                    vector = doc_vector(result, vectors, next(given))
+                    vector = doc_vector(result, vectors)
                 except VectorError as err:
                     errors.append(error_row(replace(row, error=str(err))))
                     continue

@@ -28,7 +28,7 @@ from ..io.output import (
 )
 from ..io.readers import DEFAULT_ID_FIELD
 from .types import AnnotateError, AnnotateOptions, AnnotateRun
-from .vectors import PROBE_TEXT, vector_source
+from .vectors import PROBE_TEXT, vector_width
 
 # What a component declares it assigns, for each annotation column.
 ASSIGNS = {"cats": "doc.cats", "entities": "doc.ents", "answers": "doc._.answers"}
@@ -80,8 +80,7 @@ def with_columns(run: AnnotateRun, nlp: Language) -> AnnotateRun:
     options = run.options
     vectors = None
     if options.vectors:
-        width, component = vector_source(nlp)
-        vectors = VectorColumn(width, options.vectors_dtype, component)
+        vectors = VectorColumn(vector_width(nlp), options.vectors_dtype)
     columns = OutputColumns(
         id=options.id_column or DEFAULT_ID_FIELD,
         kept=tuple(options.keep_columns),

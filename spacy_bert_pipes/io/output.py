@@ -85,14 +85,10 @@ class VectorColumn:
 
     width (int): The pipeline's doc vector width.
     dtype (str): "float32" or "float16".
-    component (Optional[str]): None: `doc.vector`; else the exclusive
-        bert_textcat with label prototypes whose sentence vectors they are (a
-        router without doc vectors, as configs/route.cfg trains).
     """
 
     width: int
     dtype: str = "float32"
-    component: Optional[str] = None
 
     def arrow_type(self) -> Any:
         """The Parquet column's type: a fixed-size list of `dtype` values."""

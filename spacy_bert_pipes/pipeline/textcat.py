@@ -49,7 +49,8 @@ DEFAULT_TEXTCAT_CONFIG = Config().from_str(DEFAULT_TEXTCAT_MODEL)["model"]
 
 @Language.factory(
     "bert_textcat",
-    assigns=["doc.cats"],
+    # doc.user_hooks: a router's (label prototypes) sentence vector as doc.vector
+    assigns=["doc.cats", "doc.user_hooks"],
     default_config={
         "model": DEFAULT_TEXTCAT_CONFIG,
         "threshold": 0.5,

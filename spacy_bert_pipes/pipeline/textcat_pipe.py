@@ -34,6 +34,7 @@ from .frozen_vectors import FrozenVectors
 from .label_descriptions import check_label, read_label_descriptions
 from .label_prototypes import PROTOTYPE_SETTINGS, LabelPrototypes, check_prototype_settings
 from .new_labels import Guarding, NewLabels
+from .router_vectors import set_router_vectors
 from .settings import ConfiguredPipe
 from .textcat_scope import (
     SCOPE_SETTINGS,
@@ -247,7 +248,8 @@ class BertTextCategorizer(ConfiguredPipe):
     def predict(self, docs: Iterable[Doc]) -> RoutedScores:
         """Probabilities per label (n_docs, n_labels), temperature-scaled once
         calibrated, and for exclusive classes each doc's in-scope confidence
-        (n_docs,). No side effects."""
+        (n_docs,) and, with label prototypes, the sentence vectors the
+        probabilities came from (n_docs, width). No side effects."""
         docs = list(docs)
         if not docs:
             empty = numpy.zeros(0, dtype="f") if self.exclusive else None
@@ -264,6 +266,8 @@ class BertTextCategorizer(ConfiguredPipe):
         for doc, row in zip(docs, rows):
             doc.cats.update(zip(labels, row))
         self.router.set_annotations(docs, scores)
+        if scores.vectors is not None:  # a router's sentence vectors: doc.vector
+            set_router_vectors(docs, scores.vectors)
 
     # --- training ---------------------------------------------------------------
     def update(

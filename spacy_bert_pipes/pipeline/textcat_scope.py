@@ -75,10 +75,15 @@ class RoutedScores(NamedTuple):
     probs (Floats2d): Label probabilities, temperature-scaled. (n_docs, n_labels)
     confidence (Optional[numpy.ndarray]): In-scope confidence per doc (exclusive
         classes only, else None). (n_docs,)
+    vectors (Optional[numpy.ndarray]): The unit sentence vectors the
+        probabilities were computed from, on the host (a model with label
+        prototypes only, else None): `set_annotations` makes them the docs'
+        `doc.vector` (`router_vectors.py`). (n_docs, width)
     """
 
     probs: Floats2d
     confidence: Optional[numpy.ndarray]
+    vectors: Optional[numpy.ndarray] = None
 
 
 def route_attr(score_prefix: str) -> str:
@@ -144,17 +149,21 @@ class ScopeRouter:
 
     def predict(self, docs: List[Doc]) -> RoutedScores:
         """Temperature-scaled probabilities and the in-scope confidence; the
-        features are taken only when the configured method needs them and is
-        fit (the saved fit is read once a batch)."""
+        features are taken when the configured method needs them and is fit
+        (the saved fit is read once a batch), and always from a model with
+        label prototypes, whose features are the docs' sentence vectors."""
         fit, method = self.fit, self.method
+        features = method != "max_prob" and fit is not None and fit.method == method
+        prototypes = bool(self.model.attrs.get("prototypes", False))
         X: Optional[numpy.ndarray] = None
-        if method != "max_prob" and fit is not None and fit.method == method:
+        if features or prototypes:
             X, probs = self.forward(docs)
         else:
             probs = self.model.predict(docs)
         scaled = scale_probs(self.model.ops.to_numpy(probs), get_temperature(self.model))
         conf = confidence(fit, method, raw_scores(fit, method, X, scaled))
-        return RoutedScores(self.model.ops.asarray2f(cast(Floats2d, scaled)), conf)
+        vectors = X if prototypes else None
+        return RoutedScores(self.model.ops.asarray2f(cast(Floats2d, scaled)), conf, vectors)
 
     def confidences(self, docs: List[Doc]) -> numpy.ndarray:
         """Each doc's in-scope confidence, as `doc._.route` would give it. (n_docs,)"""

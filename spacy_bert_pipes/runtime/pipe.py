@@ -59,7 +59,8 @@ def _run_chunk(batch_size: int, nlp: Language, items: List[Item]) -> List[bytes]
     for doc, _ in nlp.pipe(items, as_tuples=True, batch_size=batch_size):
         user_data: Dict[Any, Any] = doc.user_data
         user_data.pop(_ENCODING_KEY, None)
-        docs.append(doc.to_bytes())
+        # hooks do not travel (see above): left out, without spaCy's W109 per worker
+        docs.append(doc.to_bytes(exclude=["user_hooks"]))
     return docs
 
 

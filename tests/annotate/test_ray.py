@@ -362,3 +362,23 @@ def test_n_process_is_refused(pipeline: str, tmp_path: Path) -> None:
     input_path.write_text('{"text": "hello"}\n', encoding="utf8")
     with pytest.raises(AnnotateError, match="n_process is for the local engine"):
         annotate_ray(pipeline, input_path, tmp_path / "out.jsonl", AnnotateOptions(n_process=2))
+
+
+@needs_ray
+def test_a_router_vector_column_is_the_local_bytes_on_ray(
+    knn_router: Path, tmp_path: Path, local_ray: None
+) -> None:
+    """A router's doc vectors (its sentence vectors, set by its bert_textcat
+    as it routes) are read in the actor that ran it: the local bytes."""
+    records = [{"id": f"q{i}", "text": text} for i, text in enumerate(texts(60, seed=5))]
+    input_path = write_input(tmp_path, "jsonl", records)
+    options = AnnotateOptions(chunk_size=20, vectors=True)
+    local = tmp_path / "local.parquet"
+    expected = annotate(str(knn_router), input_path, local, options)
+    on_ray = tmp_path / "ray.parquet"
+    summary = annotate_ray(str(knn_router), input_path, on_ray, options, workers=2)
+    assert (summary.output_rows, summary.error_rows) == (expected.output_rows, 0) == (60, 0)
+    assert on_ray.read_bytes() == local.read_bytes()
+    vectors = numpy.stack(pq.read_table(on_ray).column("vector").to_pylist())
+    assert vectors.shape == (60, 32)
+    assert numpy.allclose(numpy.linalg.norm(vectors[vectors.any(axis=1)], axis=1), 1.0, atol=1e-5)

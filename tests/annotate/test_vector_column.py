@@ -22,6 +22,7 @@ from annotate_helpers import (
     save_vectors_pipeline,
     write_input,
 )
+from helpers import WORDS, prototype_router
 from spacy.language import Language
 from spacy.tokens import Doc
 
@@ -31,6 +32,9 @@ from spacy_bert_pipes.annotate import (
     prepare_run,
     run_annotation,
 )
+from spacy_bert_pipes.annotate.vectors import PROBE_TEXT
+from spacy_bert_pipes.models.encoder.bert import hf_shim
+from spacy_bert_pipes.pipeline.router_vectors import prototype_vectors
 
 torch.set_num_threads(1)  # as in Ray's actors (OMP_NUM_THREADS=1): the same float sums
 
@@ -281,3 +285,62 @@ def test_vectors_under_a_renamed_id_column_are_read_by_their_ids(
     assert similar_collection(output, k=2).collection.ids == ids
     collection = read_collection(output)
     assert collection.ids == ids and collection.vectors is not None
+
+
+# --- a router as configs/route.cfg trains: its own sentence vectors ---------------
+
+
+@pytest.fixture(scope="module")
+def router(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A prototype bert_textcat on its own encoder and nothing else (no
+    bert_vectors, no static vectors)."""
+    return str(prototype_router(tiny_bert, tmp_path_factory.mktemp("router") / "router"))
+
+
+def router_records() -> List[Dict[str, Any]]:
+    rows = [{"id": f"w{i}", "text": " ".join(WORDS[i : i + 1 + i % 9])} for i in range(40)]
+    return rows + [{"id": "empty", "text": ""}, {"id": "space", "text": "  "}]
+
+
+def test_a_router_column_is_its_sentence_vectors_from_the_routing_pass(
+    router: str, tmp_path: Path
+) -> None:
+    """The vector column of a router is what its prediction computed: the
+    encoder runs once per doc with --vectors as without (the probe text
+    aside), and the values are the router's sentence vectors as
+    `prototype_vectors` computes them apart."""
+    input_path = write_input(tmp_path, "jsonl", router_records())
+    nlp = spacy.load(router)
+    calls: List[int] = []
+    encoder = nlp.get_pipe("bert_textcat").model.get_ref("encoder")  # type: ignore[attr-defined]
+    hf_shim(encoder).module.register_forward_hook(lambda *args: calls.append(1))
+    nlp(PROBE_TEXT)
+    probe = len(calls)
+    passes = {}
+    for vectors in (False, True):
+        calls.clear()
+        output = tmp_path / f"vectors_{vectors}.jsonl"
+        options = AnnotateOptions(chunk_size=16, batch_size=8, vectors=vectors)
+        run_annotation(prepare_run(router, input_path, output, options), nlp)
+        passes[vectors] = len(calls)
+    assert passes[True] == passes[False] + probe  # vector_width's probe, nothing per doc
+    rows = read_output(tmp_path / "vectors_True.jsonl")
+    plain = read_output(tmp_path / "vectors_False.jsonl")
+    assert [{k: v for k, v in row.items() if k != "vector"} for row in rows] == plain
+    found = numpy.asarray([row["vector"] for row in rows[:-2]], dtype="float32")
+    texts = [row["text"] for row in router_records()[:-2]]
+    expected = prototype_vectors(nlp, "bert_textcat", texts)  # the former second pass
+    numpy.testing.assert_allclose(found, expected, atol=1e-5)
+    assert rows[-1]["vector"] == rows[-2]["vector"] == [0] * expected.shape[1]
+
+
+def test_a_router_column_is_the_same_bytes_in_workers(router: str, tmp_path: Path) -> None:
+    """The workers engine reads doc.vector in the worker that ran the router:
+    the hooks never cross a process boundary, and the bytes are one process's."""
+    input_path = write_input(tmp_path, "jsonl", router_records())
+    local = tmp_path / "local.parquet"
+    run(router, input_path, local, chunk_size=10, vectors=True)
+    workers = tmp_path / "workers.parquet"
+    summary = run(router, input_path, workers, chunk_size=10, vectors=True, workers=2)
+    assert (summary.output_rows, summary.error_rows) == (42, 0)
+    assert workers.read_bytes() == local.read_bytes()

@@ -39,7 +39,7 @@ def assert_valid_cats(doc: spacy.tokens.Doc, exclusive: bool = True) -> None:
 def test_factory_declares_what_it_assigns(tiny_bert: Path) -> None:
     nlp = make_nlp(tiny_bert)
     analysis = nlp.analyze_pipes()
-    assert analysis["summary"]["bert_textcat"]["assigns"] == ["doc.cats"]
+    assert analysis["summary"]["bert_textcat"]["assigns"] == ["doc.cats", "doc.user_hooks"]
 
 
 def test_predict_shapes_and_empty_batch(tiny_bert: Path) -> None:
