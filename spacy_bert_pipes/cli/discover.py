@@ -92,6 +92,12 @@ def discover_cli(
         help="A cluster whose centroid has this cosine with a label is 'near' it, "
         "else a 'new intent'",
     ),
+    keep_loose: bool = typer.Option(
+        False,
+        "--keep-loose",
+        help="When the silhouette curve is flat, keep the loose clusters (silhouette below "
+        "0.1: scattered requests) in the review instead of leaving their docs in none",
+    ),
     seed: int = typer.Option(0, "--seed", help="The seed of k-means and of the sampled docs"),
     review: str = typer.Option(
         REVIEW, "--review", help="The review file's name in OUTPUT_DIR: .jsonl, or .csv"
@@ -134,6 +140,7 @@ def discover_cli(
             seed=seed,
             near_cosine=near_cosine,
             n_representatives=n_representatives,
+            keep_loose=keep_loose,
             text_column=text_column,
             id_column=id_column,
             progress=True,

@@ -336,8 +336,8 @@ def cluster_pool(
     by `choose_k`), "density" (`density_clusters`) or K (k-means).
 
     RETURNS (Tuple[numpy.ndarray, Dict[str, Any]]): A cluster per row (-1:
-        none), and the method for the summary: {method, k, silhouettes, and a
-        warning when the silhouette rose to the largest K tried}.
+        none), and the method for the summary: {method, k, silhouettes, flat
+        (`auto`'s silhouette rose to the largest K tried) and then a warning}.
     """
     clusters = parse_clusters(clusters)
     if clusters == DENSITY:
@@ -345,11 +345,13 @@ def cluster_pool(
         return labels, {"method": f"HDBSCAN* over a {GRAPH_K}-nearest-neighbour graph"}
     curve: Dict[int, float] = {}
     warning = None
+    flat = False
     if clusters == AUTO:
         k, curve = choose_k(unit, min_cluster_size=min_cluster_size, seed=seed, progress=progress)
         sampled = min(len(unit), SILHOUETTE_SAMPLE)
         method = f"k-means, K = {k} by the cosine silhouette of {sampled:,} docs"
-        if is_flat(curve):
+        flat = is_flat(curve)
+        if flat:
             warning = (
                 f"the silhouette has no peak below the largest K tried ({max(curve)}): K = "
                 f"{k} is the curve's knee; look at 'silhouettes' in "
@@ -365,6 +367,7 @@ def cluster_pool(
         "method": method,
         "k": k,
         "silhouettes": {str(x): round(v, 4) for x, v in curve.items()},
+        "flat": flat,
     }
     if warning is not None:
         found["warning"] = warning

@@ -27,6 +27,14 @@ WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
 # relative cut (nearer than the label's nearest label) was tried and called
 # half the new intents of bench/discover_review.py "near" (docs/discover.md).
 NEAR_COSINE = 0.7
+# A cluster whose docs' mean silhouette is below this is "loose": its docs are
+# hardly nearer each other than the next cluster's, scattered requests k-means
+# had to put somewhere rather than one intent. On the frozen vectors' pools of
+# bench/discover_review.py, the clusters of new intents were at 0.1 or above
+# but for a few of two intents together, and most foreign ones below.
+LOOSE_SILHOUETTE = 0.1
+# A cluster most of whose docs the router routed to one label is "near" it.
+ROUTED_MAJORITY = 0.5
 # Representatives of a cluster's bulk: none this close to one chosen before.
 COPY_COSINE = 0.95
 # Representatives: none closer than this cosine to one chosen before, so that
@@ -188,8 +196,32 @@ def nearest_labels(
     return [(labels[j], float(cosines[i, j])) for i, j in enumerate(best.tolist())]
 
 
-def verdict(label: Optional[str], cosine: Optional[float], near: float = NEAR_COSINE) -> str:
-    """ "near <label>" when the cosine reaches `near`, else "new intent"."""
+def verdict(
+    label: Optional[str],
+    cosine: Optional[float],
+    near: float = NEAR_COSINE,
+    *,
+    silhouette: Optional[float] = None,
+    routed: Sequence[Tuple[str, int]] = (),
+    size: int = 0,
+) -> str:
+    """What a cluster looks like, in the space the label would live in:
+
+    - "loose": its silhouette is below LOOSE_SILHOUETTE (scattered requests,
+      or a few intents together);
+    - "near <label>": the router routed most of its docs to that label (with
+      `--below`, a label's paraphrases the router was unsure of), or its
+      centroid's cosine with that label reaches `near`;
+    - "new intent": otherwise.
+
+    routed (Sequence[Tuple[str, int]]): The labels its docs were routed to,
+        with their counts, the most first (`routed_to`).
+    size (int): Its docs.
+    """
+    if silhouette is not None and silhouette < LOOSE_SILHOUETTE:
+        return "loose"
+    if routed and size and routed[0][1] > ROUTED_MAJORITY * size:
+        return f"near {routed[0][0]}"
     if label is not None and cosine is not None and cosine >= near:
         return f"near {label}"
     return "new intent"

@@ -120,25 +120,67 @@ def _lloyd(
 def silhouettes(unit: numpy.ndarray, labellings: List[numpy.ndarray]) -> List[float]:
     """The mean cosine silhouette of each labelling of the same rows; a doc
     alone in its cluster scores 0 (as scikit-learn's `silhouette_score`)."""
+    distance = _distances(unit)
+    return [float(_doc_silhouettes(distance, labels).mean()) for labels in labellings]
+
+
+def cluster_silhouettes(
+    unit: numpy.ndarray,
+    labels: numpy.ndarray,
+    *,
+    sample: int = SILHOUETTE_SAMPLE,
+    seed: int = 0,
+) -> Dict[int, float]:
+    """Each cluster's silhouette: the mean cosine silhouette of its docs, on
+    a seeded sample of at most `sample` docs of the clustered ones (all of
+    them in a smaller pool). A cluster none of whose docs were sampled is
+    left out.
+
+    unit (numpy.ndarray): Unit-length rows. (n, width)
+    labels (numpy.ndarray): Each row's cluster, 0 .. K - 1, or -1 (in none:
+        left out of the silhouettes). (n,)
+    RETURNS (Dict[int, float]): cluster -> its silhouette.
+    """
+    rows = numpy.flatnonzero(labels >= 0)
+    if len(rows) > sample:
+        rng = numpy.random.default_rng(seed)
+        rows = numpy.sort(rng.choice(rows, size=sample, replace=False))
+    if len(rows) == 0:
+        return {}
+    part = labels[rows]
+    numbers, dense = numpy.unique(part, return_inverse=True)
+    scores = _doc_silhouettes(_distances(unit[rows]), dense.reshape(-1))
+    return {
+        int(c): float(scores[dense.reshape(-1) == i].mean()) for i, c in enumerate(numbers.tolist())
+    }
+
+
+def _distances(unit: numpy.ndarray) -> numpy.ndarray:
+    """Cosine distances between unit rows, 0 on the diagonal. (n, n)"""
     distance = numpy.maximum(1.0 - unit @ unit.T, 0.0).astype("float32")  # (n, n)
     numpy.fill_diagonal(distance, 0.0)
-    out = []
-    for labels in labellings:
-        k = int(labels.max()) + 1
-        onehot = numpy.zeros((len(labels), k), dtype="float32")
-        onehot[numpy.arange(len(labels)), labels] = 1.0
-        sums = distance @ onehot  # (n, k): each doc's total distance to each cluster
-        counts = onehot.sum(axis=0)  # (k,)
-        own = counts[labels]
-        a = sums[numpy.arange(len(labels)), labels] / numpy.maximum(own - 1, 1)
-        means = sums / numpy.maximum(counts, 1)[None, :]
-        means[numpy.arange(len(labels)), labels] = numpy.inf
-        means[:, counts == 0] = numpy.inf
-        b = means.min(axis=1)
-        s = (b - a) / numpy.maximum(numpy.maximum(a, b), 1e-12)
-        s[own <= 1] = 0.0
-        out.append(float(s.mean()))
-    return out
+    return distance
+
+
+def _doc_silhouettes(distance: numpy.ndarray, labels: numpy.ndarray) -> numpy.ndarray:
+    """Each doc's silhouette under a labelling 0 .. K - 1; a doc alone in its
+    cluster scores 0 (as scikit-learn's `silhouette_samples`). (n,)"""
+    if int(labels.max()) < 1:  # one cluster: no other to be nearer
+        return numpy.zeros(len(labels), dtype="float32")
+    k = int(labels.max()) + 1
+    onehot = numpy.zeros((len(labels), k), dtype="float32")
+    onehot[numpy.arange(len(labels)), labels] = 1.0
+    sums = distance @ onehot  # (n, k): each doc's total distance to each cluster
+    counts = onehot.sum(axis=0)  # (k,)
+    own = counts[labels]
+    a = sums[numpy.arange(len(labels)), labels] / numpy.maximum(own - 1, 1)
+    means = sums / numpy.maximum(counts, 1)[None, :]
+    means[numpy.arange(len(labels)), labels] = numpy.inf
+    means[:, counts == 0] = numpy.inf
+    b = means.min(axis=1)
+    s = (b - a) / numpy.maximum(numpy.maximum(a, b), 1e-12)
+    s[own <= 1] = 0.0
+    return s
 
 
 def choose_k(

@@ -13,6 +13,7 @@ from .run import Discovery
 # The colours of the report's plots: new intents stand out, the labels recede.
 NEW_COLOR = "#d1495b"
 NEAR_COLOR = "#2a788e"
+LOOSE_COLOR = "#e0c068"
 LABEL_COLOR = "#9a9a9a"
 # Labels named on the picture beside their cross: beyond this many, the nearest
 # labels of the clusters only.
@@ -37,7 +38,7 @@ def project_2d(points: numpy.ndarray) -> numpy.ndarray:
 
 
 def draw_discovery(discovery: Discovery, path: Path) -> Path:
-    """Draw the clusters (circles, area by size, red for a new intent) and the
+    """Draw the clusters (circles, area by size, red for a new intent, yellow loose) and the
     labels (grey crosses) on one PCA plane; write it as a PNG atomically.
     RETURNS (Path): The file."""
     from ..io.durable import write_file
@@ -68,7 +69,14 @@ def draw_discovery(discovery: Discovery, path: Path) -> Path:
     if clusters:
         sizes = numpy.asarray([c.size for c in clusters], dtype="float64")
         area = 40 + 400 * sizes / sizes.max()
-        colors = [NEW_COLOR if c.verdict == "new intent" else NEAR_COLOR for c in clusters]
+        colors = [
+            NEW_COLOR
+            if c.verdict == "new intent"
+            else LOOSE_COLOR
+            if c.verdict == "loose"
+            else NEAR_COLOR
+            for c in clusters
+        ]
         ax.scatter(
             clusters_xy[:, 0], clusters_xy[:, 1], s=area, c=colors, alpha=0.6, edgecolors="white"
         )
@@ -109,4 +117,4 @@ def _title(n_clusters: int, new: int, clustered: int) -> str:
 
 def _legend(source: str, n_clusters: int) -> str:
     named = f"; the {NAMED_CLUSTERS} largest clusters named" if n_clusters > NAMED_CLUSTERS else ""
-    return f"red: new intent; blue: near a label; grey x: {source}{named}"
+    return f"red: new intent; blue: near a label; yellow: loose; grey x: {source}{named}"

@@ -37,6 +37,7 @@ REVIEW_COLUMNS = (
     "nearest_label",
     "nearest_cosine",
     "verdict",
+    "silhouette",
     "routed_share",
     "routed_to",
     "proposal",
@@ -45,7 +46,7 @@ REVIEW_COLUMNS = (
     "action",
 )
 # The flat CSV: the action beside the name, the representatives last, one a cell.
-CSV_COLUMNS = ("cluster", "size", "name", "action", "proposal", *REVIEW_COLUMNS[3:10])
+CSV_COLUMNS = ("cluster", "size", "name", "action", "proposal", *REVIEW_COLUMNS[3:11])
 REPRESENTATIVE = "representative_{}"
 ACTIONS = "accept, rename:<label>, merge:<cluster>, reject or empty"
 

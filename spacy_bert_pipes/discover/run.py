@@ -10,7 +10,12 @@ a `bert-pipes annotate` OUTPUT to the clusters a person reviews.
 3. `cluster_pool` on unit vectors: k-means with K from the data (`choose_k`)
    or given, or `density_clusters` (as many as the density holds, scattered
    docs -1).
-4. Per cluster: `keywords` and a `suggested_name`, `representatives`, and the
+4. Each cluster's silhouette (`kmeans.cluster_silhouettes`): below
+   LOOSE_SILHOUETTE it is "loose". When `auto`'s silhouette curve is flat
+   (scattered docs k-means had to cut somewhere), loose clusters are left out
+   of the review: their docs get cluster -1 and the summary counts them
+   (`keep_loose` keeps them).
+5. Per cluster: `keywords` and a `suggested_name`, `representatives`, and the
    nearest known label (`labels.LabelSpace`) with a `verdict`.
 """
 
@@ -24,6 +29,7 @@ from ..io.errors import ConversionError
 from ..similar import unit_rows
 from .cluster import DEFAULT_CLUSTERS, NOISE, cluster_pool, parse_clusters
 from .describe import (
+    LOOSE_SILHOUETTE,
     NEAR_COSINE,
     centroid,
     keywords,
@@ -34,6 +40,7 @@ from .describe import (
     suggested_name,
     verdict,
 )
+from .kmeans import cluster_silhouettes
 from .labels import (
     PROTOTYPE_SAMPLE,
     ROUTED_SAMPLE,
@@ -69,7 +76,7 @@ class Cluster:
     keywords (List[str]): The words that set it apart, the most distinctive first.
     nearest_label (Optional[str]): The known label nearest its centroid.
     nearest_cosine (Optional[float]): Their cosine.
-    verdict (str): "new intent" or "near <label>".
+    verdict (str): "new intent", "near <label>" or "loose" (`describe.verdict`).
     representatives (List[Dict[str, str]]): {id, text} of docs near its
         centroid, its bulk then its spread (`describe.representatives`).
     routed_share (float): The share of its docs the router routed (with
@@ -79,6 +86,8 @@ class Cluster:
     merge_into (Optional[int]): A larger cluster it may be the same intent
         as (`describe.merge_proposals`), None: none.
     merge_cosine (Optional[float]): Their centroids' cosine.
+    silhouette (Optional[float]): The mean silhouette of its docs (None: not
+        measured, none of its docs sampled).
     """
 
     cluster: int
@@ -93,6 +102,7 @@ class Cluster:
     routed_to: List[Tuple[str, int]] = field(default_factory=list)
     merge_into: Optional[int] = None
     merge_cosine: Optional[float] = None
+    silhouette: Optional[float] = None
 
     def review_record(self) -> Dict[str, Any]:
         """Its row of the review file, with an empty `action` for the reviewer."""
@@ -105,6 +115,7 @@ class Cluster:
             "nearest_label": self.nearest_label,
             "nearest_cosine": cosine,
             "verdict": self.verdict,
+            "silhouette": None if self.silhouette is None else round(self.silhouette, 4),
             "routed_share": round(self.routed_share, 4),
             "routed_to": [{"label": label, "docs": n} for label, n in self.routed_to],
             "proposal": "" if self.merge_into is None else f"merge:{self.merge_into}",
@@ -147,6 +158,7 @@ def discover(
     seed: int = 0,
     near_cosine: float = NEAR_COSINE,
     n_representatives: int = N_REPRESENTATIVES,
+    keep_loose: bool = False,
     text_column: str = "text",
     id_column: Optional[str] = None,
     progress: bool = False,
@@ -178,6 +190,8 @@ def discover(
     seed (int): The seed of k-means and of the docs sampled for the labels.
     near_cosine (float): The cosine from which a cluster is "near" a label.
     n_representatives (int): Representatives per cluster.
+    keep_loose (bool): Keep loose clusters in the review when `auto`'s
+        silhouette curve is flat (they are kept, "loose", when it has a peak).
     text_column, id_column: The columns of `texts` (as `bert-pipes annotate`).
     progress (bool): Show progress bars.
     RETURNS (Discovery): The clusters, each doc's cluster and a summary.
@@ -227,10 +241,21 @@ def discover(
         assigned, method = cluster_pool(
             unit, how, min_cluster_size=min_cluster_size, seed=seed, progress=progress
         )
+    silhouette_of = cluster_silhouettes(unit, assigned, seed=seed) if len(rows) else {}
+    loose = sorted(c for c, value in silhouette_of.items() if value < LOOSE_SILHOUETTE)
+    hidden = numpy.isin(assigned, loose) if method.get("flat") and not keep_loose else None
+    if hidden is not None and hidden.any():
+        assigned = numpy.where(hidden, NOISE, assigned)
+        method["warning"] += (
+            f"; {len(loose)} loose clusters ({int(hidden.sum()):,} docs, silhouette below "
+            f"{LOOSE_SILHOUETTE}) are left out of the review (cluster -1): --keep-loose keeps them"
+        )
+    before = assigned
     assigned = _by_size(assigned)
     n_found = int(assigned.max()) + 1 if len(assigned) else 0
     members = [numpy.flatnonzero(assigned == c) for c in range(n_found)]
     centers = [centroid(unit[m]) for m in members]
+    silhouettes = [silhouette_of.get(int(before[m[0]])) for m in members]
     words = keywords(row_texts, assigned) if n_found else {}
     # the representatives: the members nearest the centre in the space a label
     # made of the cluster would live in (the prototypes', when there are some)
@@ -256,6 +281,14 @@ def discover(
         chosen = representatives(pick_unit[c], label_centers[c], n_representatives)
         shown = [{"id": pool.ids[rows[m[i]]], "text": row_texts[m[i]]} for i in chosen]
         share, routed = routed_to([pool.labels[rows[i]] for i in members[c]])
+        judged = verdict(
+            label,
+            cosine,
+            near_cosine,
+            silhouette=silhouettes[c],
+            routed=routed,
+            size=len(members[c]),
+        )
         described.append(
             Cluster(
                 c,
@@ -264,11 +297,12 @@ def discover(
                 words.get(c, []),
                 label,
                 cosine,
-                verdict(label, cosine, near_cosine),
+                judged,
                 shown,
                 share,
                 routed,
                 *merges[c],
+                silhouettes[c],
             )
         )
     cluster_of = dict(zip(rows, assigned.tolist()))
@@ -292,14 +326,18 @@ def discover(
         "empty_text": len(pooled) - len(rows),
         "clustered": int((assigned != NOISE).sum()),
         "noise": int((assigned == NOISE).sum()),
+        "loose_left_out": 0 if hidden is None else len(loose),
+        "loose_docs_left_out": 0 if hidden is None else int(hidden.sum()),
         "clusters": n_found,
         "new_intents": sum(cluster.verdict == "new intent" for cluster in described),
+        "loose": sum(cluster.verdict == "loose" for cluster in described),
         **method,
         "min_cluster_size": min_cluster_size,
         "seed": seed,
         "vectors": _vectors_source(pool, embedder, encoder),
         "labels_from": space.source,
         "near_cosine": near_cosine,
+        "loose_silhouette": LOOSE_SILHOUETTE,
         "merge_proposals": sum(cluster.merge_into is not None for cluster in described),
     }
     return Discovery(described, assignments, summary, space, label_centers)

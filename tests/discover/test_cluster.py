@@ -15,7 +15,13 @@ from spacy_bert_pipes.discover import (
     knn_graph,
 )
 from spacy_bert_pipes.discover.cluster import parse_clusters, renumber
-from spacy_bert_pipes.discover.kmeans import k_grid, kmeans, silhouettes, smallest_near_best
+from spacy_bert_pipes.discover.kmeans import (
+    cluster_silhouettes,
+    k_grid,
+    kmeans,
+    silhouettes,
+    smallest_near_best,
+)
 
 
 def blobs(seed: int = 0, n_blobs: int = 6, per_blob: int = 40, n_noise: int = 60) -> tuple:
@@ -106,6 +112,30 @@ def test_kmeans_and_silhouettes_match_scikit_learn(extras: None) -> None:
         assert mine == pytest.approx(silhouette_score(unit, ours, metric="cosine"), abs=1e-4)
 
 
+def test_cluster_silhouettes_are_their_docs_mean(extras: None) -> None:
+    pytest.importorskip("sklearn")
+    from sklearn.metrics import silhouette_samples
+
+    unit, truth = blobs(seed=9, n_blobs=3, n_noise=40)
+    labels = kmeans(unit, 4, seed=0)
+    labels[:3] = NOISE  # in no cluster: left out
+    kept = labels >= 0
+    theirs = silhouette_samples(unit[kept], labels[kept], metric="cosine")
+    ours = cluster_silhouettes(unit, labels)
+    assert sorted(ours) == sorted(set(labels[kept].tolist()))
+    for cluster, value in ours.items():
+        assert value == pytest.approx(theirs[labels[kept] == cluster].mean(), abs=1e-4)
+    # the scattered docs' cluster is the loosest, the blobs' tight
+    scattered = int(numpy.bincount(labels[truth == NOISE][labels[truth == NOISE] >= 0]).argmax())
+    assert ours[scattered] == min(ours.values()) and ours[scattered] < 0.1
+    assert all(v > 0.5 for c, v in ours.items() if c != scattered)
+    # on a seeded sample: near the whole pool's, the same twice
+    sampled = cluster_silhouettes(unit, labels, sample=100, seed=3)
+    assert sampled == cluster_silhouettes(unit, labels, sample=100, seed=3)
+    assert all(abs(sampled[c] - ours[c]) < 0.1 for c in sampled)
+    assert cluster_silhouettes(unit, numpy.full(len(unit), NOISE)) == {}
+
+
 def test_choose_k_finds_the_blobs_on_a_sample() -> None:
     unit, _ = blobs(seed=4, n_blobs=7, n_noise=0)
     k, curve = choose_k(unit, seed=0)
@@ -175,6 +205,7 @@ def test_cluster_pool_by_name() -> None:
         "method": "k-means, 4 clusters",
         "k": 4,
         "silhouettes": {},
+        "flat": False,
     }
     assert (cluster_pool(unit, "4", seed=0)[0] == given).all()
 
@@ -198,6 +229,7 @@ def test_auto_warns_when_the_silhouette_rises_to_the_largest_k(
     labels, method = cluster_pool(unit, "auto", seed=0)
     assert method["k"] == 3 and labels.max() + 1 <= 3
     assert "no peak below the largest K tried (4): K = 3" in method["warning"]
+    assert method["flat"]
 
 
 def test_kmeans_says_what_runs(capsys: pytest.CaptureFixture) -> None:

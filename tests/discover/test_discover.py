@@ -176,6 +176,51 @@ def test_k_clusters(annotations: Path) -> None:
         discover(annotations, clusters="three")
 
 
+def test_loose_clusters_left_out_when_the_curve_is_flat(
+    annotations: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import spacy_bert_pipes.discover.cluster as cluster
+
+    # a silhouette curve with a peak: the scattered docs' cluster stays, "loose"
+    found = discover(annotations, clusters="auto", min_cluster_size=5, seed=0)
+    assert found.summary["loose_left_out"] == 0
+    # a flat one (rising to the largest K tried): K = 3, the groups of twelve
+    # and the scattered docs; theirs is loose, left out of the review
+    monkeypatch.setattr(
+        cluster, "choose_k", lambda *args, **kwargs: (3, {2: 0.1, 3: 0.2, 4: 0.3})
+    )
+    kept = discover(annotations, clusters="auto", min_cluster_size=5, seed=0, keep_loose=True)
+    verdicts = sorted(c.verdict for c in kept.clusters)
+    assert verdicts == ["loose", "near card", "new intent"]
+    loose = next(c for c in kept.clusters if c.verdict == "loose")
+    assert loose.silhouette is not None and loose.silhouette < 0.1
+    assert all(c.silhouette > 0.5 for c in kept.clusters if c is not loose)
+    assert kept.summary["loose"] == 1 and kept.summary["loose_left_out"] == 0
+    found = discover(annotations, clusters="auto", min_cluster_size=5, seed=0)
+    summary = found.summary
+    assert [c.verdict for c in found.clusters] == ["near card", "new intent"] or [
+        c.verdict for c in found.clusters
+    ] == ["new intent", "near card"]
+    assert summary["loose_left_out"] == 1 and summary["loose_docs_left_out"] == loose.size
+    assert summary["noise"] == loose.size and summary["clusters"] == 2
+    assert "1 loose clusters" in summary["warning"] and "--keep-loose" in summary["warning"]
+    # nothing lost: every pooled doc has its row, the loose ones in cluster -1
+    assert len(found.assignments) == 32
+    assert sum(a["cluster"] == -1 and not a["empty_text"] for a in found.assignments) == loose.size
+
+
+def test_a_cluster_the_router_routed_is_near_its_label(tmp_path: Path) -> None:
+    rows = pool_rows()
+    for row in rows[24:36]:  # the refund docs: routed to "fx", unsure
+        row["route"] = {**route("routed", "fx"), "confidence": 0.05}
+    path = write_rows(tmp_path / "routed.jsonl", rows)
+    found = discover(path, min_cluster_size=5, clusters="density", below=0.1)
+    refund = next(c for c in found.clusters if c.keywords[0] == "delivery")
+    # the router's own decision outweighs the centroid's nearest label (card)
+    assert refund.routed_share > 0.5 and refund.verdict == "near fx"
+    assert refund.nearest_label == "card"
+
+
 def test_files_and_the_review_read_back(annotations: Path, tmp_path: Path) -> None:
     found = discover(annotations, min_cluster_size=5, clusters="density")
     out = tmp_path / "review"
@@ -185,7 +230,7 @@ def test_files_and_the_review_read_back(annotations: Path, tmp_path: Path) -> No
     rows = [json.loads(line) for line in (out / "review.jsonl").read_text().splitlines()]
     assert list(rows[0]) == [
         "cluster", "size", "name", "keywords", "nearest_label", "nearest_cosine",
-        "verdict", "routed_share", "routed_to", "proposal", "merge_cosine",
+        "verdict", "silhouette", "routed_share", "routed_to", "proposal", "merge_cosine",
         "representatives", "action",
     ]  # fmt: skip
     assert all(row["action"] == "" for row in rows)
