@@ -186,9 +186,7 @@ def test_loose_clusters_left_out_when_the_curve_is_flat(
     assert found.summary["loose_left_out"] == 0
     # a flat one (rising to the largest K tried): K = 3, the groups of twelve
     # and the scattered docs; theirs is loose, left out of the review
-    monkeypatch.setattr(
-        cluster, "choose_k", lambda *args, **kwargs: (3, {2: 0.1, 3: 0.2, 4: 0.3})
-    )
+    monkeypatch.setattr(cluster, "choose_k", lambda *args, **kwargs: (3, {2: 0.1, 3: 0.2, 4: 0.3}))
     kept = discover(annotations, clusters="auto", min_cluster_size=5, seed=0, keep_loose=True)
     verdicts = sorted(c.verdict for c in kept.clusters)
     assert verdicts == ["loose", "near card", "new intent"]
