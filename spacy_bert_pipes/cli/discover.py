@@ -150,11 +150,18 @@ def discover_cli(
         fail(str(err))
     summary = result.summary
     routed = f" ({summary['pooled_routed']} routed below confidence {below})" if below > 0 else ""
+    left_out = (
+        f" ({summary['loose_docs_left_out']} of them in {summary['loose_left_out']} loose "
+        "clusters left out)"
+        if summary["loose_left_out"]
+        else ""
+    )
     typer.echo(
         f"{summary['pooled']} docs {'pooled' if below > 0 else 'not routed'} of "
         f"{summary['rows']}{routed}: {summary['empty_text']} "
         f"with an empty text, {summary['clustered']} in {summary['clusters']} clusters "
-        f"({summary['new_intents']} new intents), {summary['noise']} in none"
+        f"({summary['new_intents']} new intents, {summary['loose']} loose), "
+        f"{summary['noise']} in none{left_out}"
     )
     if summary.get("warning"):
         typer.secho(f"Warning: {summary['warning']}", fg="yellow")

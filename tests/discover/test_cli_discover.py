@@ -66,6 +66,8 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     assert result.exit_code == 0, result.output
     assert "15 docs not routed of 16: 0 with an empty text, 15 in 3 clusters" in result.output
     summary = json.loads((out / "summary.json").read_text())
+    # three texts five times each: three tight clusters, none loose
+    assert f"({summary['new_intents']} new intents, 0 loose), 0 in none\n" in result.output
     assert summary["labels_from"] == "the label prototypes of 'bert_textcat'"
     assert summary["vectors"] == "computed by the pipeline"
     review = [json.loads(line) for line in (out / "review.jsonl").read_text().splitlines()]
