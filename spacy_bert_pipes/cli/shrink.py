@@ -40,7 +40,7 @@ def shrink_cli(
     texts_weight: Optional[float] = typer.Option(
         None,
         "--texts-weight",
-        help="The texts' sampling weight, on the scale of the pipeline's [corpora.train] "
+        help="The texts' sampling weight, on the scale of the pipeline's corpora.train "
         "weights (default: their size ** alpha)",
         min=0,
     ),
@@ -48,6 +48,12 @@ def shrink_cli(
     input_format: InputFormat = input_format_option(),
     steps: Optional[int] = typer.Option(
         None, "--steps", help="Training steps (default: the pipeline's max_steps)", min=1
+    ),
+    gold_only: bool = typer.Option(
+        False,
+        "--gold-only",
+        help="Train the cut student on the corpora's gold annotation alone (no teacher "
+        "outputs, no --texts)",
     ),
     batch_size: int = typer.Option(64, help="Docs per teacher batch", min=1),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to run on (-1: CPU)"),
@@ -75,6 +81,7 @@ def shrink_cli(
             text_column=text_column,
             input_format=input_format,
             steps=steps,
+            gold_only=gold_only,
             batch_size=batch_size,
             gpu_id=gpu_id,
         )

@@ -173,6 +173,17 @@ def test_cut_shrinks_a_head_with_its_own_encoder(tmp_path: Path) -> None:
     assert loaded("my card").cats
 
 
+def test_gold_only_trains_on_the_corpora_as_they_are(teacher: Path, tmp_path: Path) -> None:
+    shrink(teacher, tmp_path / "gold", 2, steps=1, gold_only=True, progress=False)
+    assert not (tmp_path / "gold" / "distilled").exists()
+    config = spacy.util.load_config(tmp_path / "gold" / "config.cfg")
+    sources = config["corpora"]["train"]["sources"]
+    assert set(sources.values()) == {str((teacher.parent.parent / "corpus.spacy").resolve())}
+    assert spacy.load(tmp_path / "gold" / "model-last")("what is my pin").cats
+    with pytest.raises(ShrinkError, match="--texts .*need the teacher"):
+        shrink(teacher, tmp_path / "x", 2, gold_only=True, texts=tmp_path / "t.jsonl")
+
+
 def test_cli_errors(teacher: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     out = str(tmp_path / "out")
