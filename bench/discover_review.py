@@ -2,7 +2,7 @@
 many clusters it holds against the new intents in the pool, and how many of
 its merge proposals are right.
 
-    python bench/discover_review.py --seeds 0,1
+    python bench/discover_review.py --seeds 0,1,2,3
 
 Each pool is written as a `bert-pipes annotate` OUTPUT (`route`, `text` and
 `vector` columns) and run through `discover.discover` with its defaults, as
@@ -23,7 +23,8 @@ routing is simulated from the true intents).
   at most 5 words each, among CLINC150's 1,200 out-of-scope queries, and 10%
   of the other intents' val queries; the rest of those routed.
 
-Scored: `clusters` in the review file against `2 x new intents + 10`; a merge
+Scored: `clusters` in the review file against `2 x new intents + 10` (and the
+loose clusters `discover` left out of it, with their docs); a merge
 proposal is right when both clusters' majority is the same new intent (an
 out-of-scope majority never counts as right), at the default cosine and at
 others (`merges_at`: proposals, right); the verdicts by what each cluster's
@@ -156,6 +157,8 @@ def score(found: Any, rows: List[Row], new: List[str]) -> Dict[str, Any]:
         "merges_right_share": round(right / proposals, 3) if proposals else None,
         "clusters_after_merges": len(found.clusters) - proposals,
         "new_intents_a_cluster_majority": len(found_intents),
+        "loose_left_out": found.summary.get("loose_left_out"),
+        "loose_docs_left_out": found.summary.get("loose_docs_left_out"),
         "merges_at": {str(t): merges_right(found, members, t) for t in THRESHOLDS},
         "verdicts": {f"{k[0]}:{k[1]}": v for k, v in sorted(verdicts.items())},
         "verdicts_at_cosine_0.7": {f"{k[0]}:{k[1]}": v for k, v in sorted(absolute.items())},
