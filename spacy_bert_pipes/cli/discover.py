@@ -74,8 +74,8 @@ def discover_cli(
         None,
         "--encoder",
         help="Cluster on this encoder checkpoint's own sentence vectors (nothing trained; a "
-        "name or folder): a router's fine-tuning pulls a new intent's docs towards the known "
-        "intent they resemble",
+        "name or folder; 'base': the one the --pipeline's router was initialised from): a "
+        "router's fine-tuning pulls a new intent's docs towards the known intent they resemble",
         show_default=False,
     ),
     n_representatives: int = typer.Option(

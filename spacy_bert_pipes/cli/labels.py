@@ -14,7 +14,7 @@ import typer
 from ..discover.review import review_examples
 from ..io import ConversionError, read_input
 from ..pipeline.label_descriptions import read_label_descriptions
-from ..pipeline.new_labels import add_labels
+from ..pipeline.new_labels import add_labels, label_settings, only_textcat
 from .common import app, fail, overwrite_option, refuse_to_overwrite, text_column_option
 
 
@@ -50,28 +50,34 @@ def add_label_cli(
     component: Optional[str] = typer.Option(
         None, "--component", help="The bert_textcat to extend (default: the only one)"
     ),
-    nearest_examples: float = typer.Option(
-        0.0,
+    nearest_examples: Optional[float] = typer.Option(
+        None,
         "--nearest-examples",
         help="> 0: from now on, predict with each label's nearest remembered docs too, at "
         "this weight (a calibrated knn router's training docs, and the new labels' "
-        "examples); 0: leave the component as it is",
+        "examples); 0: leave the component as it is. Default: 0, or with --review on a "
+        "knn router the discover workflow's settings (1.0, --allowance 0.0005, "
+        "--scope-correction) when none of the three is given",
         min=0.0,
+        show_default=False,
     ),
-    allowance: float = typer.Option(
-        0.0,
+    allowance: Optional[float] = typer.Option(
+        None,
         "--allowance",
         help="The share of the docs a calibrated router remembers that a new label may "
-        "take from their labels (0: none)",
+        "take from their labels (default 0: none; see --nearest-examples)",
         min=0.0,
         max=0.5,
+        show_default=False,
     ),
-    scope_correction: bool = typer.Option(
-        False,
-        "--scope-correction",
+    scope_correction: Optional[bool] = typer.Option(
+        None,
+        "--scope-correction/--no-scope-correction",
         help="A knn router: divide the distances to each new label's examples by how much "
         "farther a trained label's docs lie from that many of them than from all, so a "
-        "label of a few examples keeps about as many of its docs in scope",
+        "label of a few examples keeps about as many of its docs in scope (default off; "
+        "see --nearest-examples)",
+        show_default=False,
     ),
     overwrite: bool = overwrite_option(),
 ) -> None:
@@ -103,20 +109,34 @@ def add_label_cli(
         if not described and not by_label:
             fail("Give --descriptions, --examples and/or --review")
         nlp = spacy.load(pipeline)
+        settings = label_settings(
+            nlp,
+            component,
+            from_review=review is not None,
+            nearest_examples=nearest_examples,
+            allowance=allowance,
+            scope_correction=scope_correction,
+        )
+        if settings.measured:
+            typer.echo(
+                "A knn router and a review: the discover workflow's settings, "
+                f"--nearest-examples {settings.nearest_examples} --allowance "
+                f"{settings.allowance} --scope-correction (give any of them to choose)"
+            )
         added = add_labels(
             nlp,
             described,
             dict(by_label),
             component,
-            allowance=allowance,
-            nearest_examples=nearest_examples,
-            scope_correction=scope_correction,
+            allowance=settings.allowance,
+            nearest_examples=settings.nearest_examples,
+            scope_correction=settings.scope_correction,
         )
     except ValueError as error:
         fail(str(error))
     nlp.to_disk(output)
     typer.echo(f"Added {len(added)} label(s) to {output}: {', '.join(added)}")
-    pipe = cast(Any, nlp.get_pipe(component or _only_textcat(nlp)))
+    pipe = cast(Any, nlp.get_pipe(component or only_textcat(nlp)))
     output_layer = pipe.model.get_ref("output")
     bias = output_layer.ops.to_numpy(output_layer.get_param("b"))
     taken, looked_at = pipe.new_labels.taken(added)
@@ -132,11 +152,6 @@ def add_label_cli(
             f"{len(described.get(label, []))} description(s), "
             f"bias {float(bias[labels.index(label)]):.3f}; {reach}"
         )
-
-
-def _only_textcat(nlp: Any) -> str:
-    """The component add_labels chose: the pipeline's only bert_textcat."""
-    return next(name for name, pipe in nlp.pipeline if hasattr(pipe, "add_described_label"))
 
 
 @app.command("adapt")

@@ -227,6 +227,34 @@ def checkpoint_embedder(checkpoint: Optional[str] = None) -> "Language":
     return nlp
 
 
+# `discover --encoder base`: the checkpoint the pipeline's router started from
+BASE_ENCODER = "base"
+
+
+def base_checkpoint(nlp: "Language", component: Optional[str]) -> str:
+    """The checkpoint a pipeline's router (`component`, a bert_textcat) was
+    initialised from, as its config names it (its `encoder_loader`'s source,
+    `paths.encoder` in the configs of this package).
+
+    RAISES (ValueError): No such component, or its config names no checkpoint.
+    """
+    if component is None:
+        raise ValueError(
+            f"--encoder {BASE_ENCODER}: the pipeline has no bert_textcat with label "
+            "prototypes whose checkpoint to take: give --encoder CHECKPOINT"
+        )
+    config = nlp.config.interpolate()
+    loader = config.get("initialize", {}).get("components", {}).get(component, {})
+    source = (loader.get("encoder_loader") or {}).get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError(
+            f"--encoder {BASE_ENCODER}: the config of '{component}' names no checkpoint "
+            f"([initialize.components.{component}.encoder_loader] source): give --encoder "
+            "CHECKPOINT"
+        )
+    return source
+
+
 def has_bert_vectors(nlp: "Language") -> bool:
     """Whether the pipeline has a bert_vectors component (its docs have vectors)."""
     return "bert_vectors" in {nlp.get_pipe_meta(name).factory for name in nlp.pipe_names}

@@ -51,7 +51,9 @@ from .labels import (
     routed_space,
 )
 from .pool import (
+    BASE_ENCODER,
     Pool,
+    base_checkpoint,
     checkpoint_embedder,
     embed_rows,
     has_bert_vectors,
@@ -63,7 +65,9 @@ from .pool import (
 if TYPE_CHECKING:
     from spacy.language import Language
 
-N_REPRESENTATIVES = 8
+# Five: the examples of the labels the discover workflow measured
+# (docs/discover.md, "A label of five examples").
+N_REPRESENTATIVES = 5
 
 
 @dataclass
@@ -183,6 +187,8 @@ def discover(
         --vectors` takes it), not on the OUTPUT's or the pipeline's: a router's
         fine-tuning pulls a new intent's docs towards the known intent they
         resemble, where the checkpoint it started from keeps them apart.
+        "base": the checkpoint the pipeline's router was initialised from
+        (`pool.base_checkpoint`).
     clusters (Union[int, str]): "auto": k-means, K from the data by the
         silhouette (`choose_k`); "density": as many as the density holds,
         scattered docs left out (`density_clusters`); K: k-means, K clusters.
@@ -204,6 +210,13 @@ def discover(
         raise ValueError(f"--below takes a confidence from 0 to 1: {below}")
     if n_representatives < 1:
         raise ValueError(f"representatives per cluster must be at least 1: {n_representatives}")
+    if encoder == BASE_ENCODER:  # before the pool is read
+        if nlp is None:
+            raise ValueError(
+                f"--encoder {BASE_ENCODER} takes the checkpoint the --pipeline's router "
+                "started from: give --pipeline"
+            )
+        encoder = base_checkpoint(nlp, prototype_component(nlp))
     # with an encoder, the checkpoint's vectors, not the OUTPUT's
     pool = read_pool(
         annotations, text_column=text_column, vectors=encoder is None, progress=progress

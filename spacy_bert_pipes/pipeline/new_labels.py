@@ -12,6 +12,9 @@ training: the router grows (docs/discover.md, `bert-pipes add-label`).
     so that a label made of a few examples is those examples.
 * `Guarding`: the options of adding labels to a calibrated router.
 * `add_labels`: several labels added to a loaded pipeline's component.
+* `label_settings`: the settings `add-label` uses where none is given: the
+  discover workflow's measured ones for labels from a review on a router that
+  remembers its training docs ("knn"), none otherwise.
 
 The prototype math is `models/heads/prototypes.py`, the guard's
 `models/heads/guard.py`.
@@ -291,6 +294,69 @@ class NewLabels:
         return int(output.get_param("E").shape[0])
 
 
+# What labels from a `discover` review get on a router calibrated with
+# oos_method "knn" when `add-label` is given no setting: the settings the
+# discover workflow measured (docs/discover.md, "A label of five examples").
+REVIEW_NEAREST_EXAMPLES = 1.0
+REVIEW_ALLOWANCE = 0.0005
+
+
+@dataclass
+class LabelSettings:
+    """The settings of `add_labels`, and where they came from.
+
+    nearest_examples, allowance, scope_correction: as `add_labels` takes them.
+    measured (bool): The discover workflow's (`label_settings`), not given.
+    """
+
+    nearest_examples: float = 0.0
+    allowance: float = 0.0
+    scope_correction: bool = False
+    measured: bool = False
+
+
+def label_settings(
+    nlp: Language,
+    component: Optional[str],
+    *,
+    from_review: bool,
+    nearest_examples: Optional[float] = None,
+    allowance: Optional[float] = None,
+    scope_correction: Optional[bool] = None,
+) -> LabelSettings:
+    """The settings to add labels with: those given; where none is given, for
+    labels from a `discover` review on a router calibrated with "knn" (it
+    remembers its training docs), the discover workflow's (nearest examples
+    REVIEW_NEAREST_EXAMPLES, allowance REVIEW_ALLOWANCE, the scope correction),
+    else none (0, 0, off).
+
+    component (Optional[str]): The bert_textcat; None: the pipeline's only one.
+    from_review (bool): The labels come from a `discover` review.
+    """
+    name = component or only_textcat(nlp)
+    router = getattr(nlp.get_pipe(name), "router", None)
+    measured = (
+        from_review
+        and isinstance(router, ScopeRouter)
+        and router.method == "knn"
+        and router.remembered() is not None
+        and nearest_examples is None
+        and allowance is None
+        and scope_correction is None
+    )
+    if measured:
+        return LabelSettings(REVIEW_NEAREST_EXAMPLES, REVIEW_ALLOWANCE, True, measured=True)
+    return LabelSettings(nearest_examples or 0.0, allowance or 0.0, bool(scope_correction))
+
+
+def only_textcat(nlp: Language) -> str:
+    """The pipeline's only bert_textcat (with described labels)."""
+    names = [name for name, pipe in nlp.pipeline if hasattr(pipe, "add_described_label")]
+    if len(names) != 1:
+        raise ValueError(f"Name the bert_textcat component to add labels to; found {names}")
+    return names[0]
+
+
 class DescribedLabels(Protocol):
     """What `add_labels` needs of a component: a `bert_textcat`'s labels and
     its `NewLabels`."""
@@ -331,10 +397,7 @@ def add_labels(
     """
     examples = examples or {}
     if component is None:
-        names = [name for name, pipe in nlp.pipeline if hasattr(pipe, "add_described_label")]
-        if len(names) != 1:
-            raise ValueError(f"Name the bert_textcat component to add labels to; found {names}")
-        component = names[0]
+        component = only_textcat(nlp)
     pipe = cast(DescribedLabels, nlp.get_pipe(component))
     new = list(dict.fromkeys([*descriptions, *examples]))
     known = [label for label in new if label in pipe.labels]

@@ -177,3 +177,49 @@ def test_add_label_with_nearest_examples(
     assert (fit.reach[-len(rows) :] == 2.0).all() and (fit.reach[: len(docs)] == 1.0).all()
     cats = loaded("my pin is lost").cats
     assert max(cats, key=cats.__getitem__) == "pin"
+
+
+def test_a_review_on_a_knn_router_gets_the_measured_settings(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spacy.tokens import DocBin
+
+    from spacy_bert_pipes.pipeline.new_labels import REVIEW_ALLOWANCE, REVIEW_NEAREST_EXAMPLES
+    from spacy_bert_pipes.pipeline.textcat_scope import ScopeRouter, calibrate_pipeline
+
+    # the reach's math is tested with the router (tests/pipeline): here, whether it is asked
+    monkeypatch.setattr(ScopeRouter, "example_reach", lambda self, n: 2.0)
+
+    review = tmp_path / "review.jsonl"
+    shown = [{"id": f"d{i}", "text": t} for i, t in enumerate(("a new pin", "my pin is lost"))]
+    row = {"cluster": 0, "name": "pin", "representatives": shown, "action": "accept"}
+    review.write_text(json.dumps(row) + "\n", encoding="utf8")
+    nlp = spacy.load(trained, config={"components": {"bert_textcat": {"oos_method": "knn"}}})
+    DocBin(docs=[eg.reference for eg in textcat_examples(nlp)]).to_disk(tmp_path / "t.spacy")
+    calibrate_pipeline(nlp, tmp_path / "t.spacy", tmp_path / "t.spacy")
+    nlp.to_disk(tmp_path / "knn")
+
+    def example_weight(args: list, source: Path) -> float:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        result = runner.invoke(app, ["add-label", str(source), str(out), *args])
+        assert result.exit_code == 0, result.output
+        assert ("discover workflow's settings" in result.output) == (
+            source.name == "knn" and args == ["--review", str(review)]
+        )
+        loaded = spacy.load(out).get_pipe("bert_textcat")
+        fit = loaded.router.fit
+        if example_weight_is := loaded.model.get_ref("output").attrs["example_weight"]:
+            assert fit is not None and fit.reach is not None  # the scope correction
+        return float(example_weight_is)
+
+    # a review on a knn router: the discover workflow's settings
+    assert example_weight(["--review", str(review)], tmp_path / "knn") == REVIEW_NEAREST_EXAMPLES
+    assert REVIEW_ALLOWANCE == 0.0005
+    # any of them given: what is given, the others off
+    assert example_weight(["--review", str(review), "--allowance", "0"], tmp_path / "knn") == 0
+    # not a knn router: none
+    assert example_weight(["--review", str(review)], trained) == 0
+    # examples, not a review: none
+    examples = tmp_path / "pin.jsonl"
+    examples.write_text(json.dumps({"text": "a new pin", "label": "pin"}) + "\n")
+    assert example_weight(["--examples", str(examples)], tmp_path / "knn") == 0

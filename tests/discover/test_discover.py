@@ -107,8 +107,8 @@ def test_clusters_named_placed_and_represented(annotations: Path) -> None:
     assert refund.nearest_cosine is not None and refund.nearest_cosine > 0.8
     assert weather.verdict == "new intent" and weather.nearest_cosine < 0.7
     for cluster in found.clusters:
-        assert len(cluster.representatives) == 8
-        assert len({r["id"] for r in cluster.representatives}) == 8
+        assert len(cluster.representatives) == 5
+        assert len({r["id"] for r in cluster.representatives}) == 5
     # every pooled doc has a row: the empty ones -1, flagged
     assignments = found.assignments
     assert len(assignments) == 32

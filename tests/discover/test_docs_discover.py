@@ -7,15 +7,12 @@ import shlex
 from pathlib import Path
 from typing import List
 
-import numpy
 import pytest
 import spacy
 from helpers import LABELS, SMALL_ENCODER, loader_config, textcat_examples
 from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
-from spacy_bert_pipes.pipeline.router_vectors import prototype_vectors
-from spacy_bert_pipes.similar import read_vectors
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "discover.md"
 runner = CliRunner()
@@ -64,10 +61,24 @@ def test_the_documented_commands_run_on_a_route_cfg_router(
             review.write_text("".join(json.dumps(row) + "\n" for row in rows))
         result = runner.invoke(app, command[1:])
         assert result.exit_code == 0, f"{shlex.join(command)}:\n{result.output}"
-    # annotate --vectors wrote the router's own sentence vectors (its prototypes' space)
-    collection = read_vectors(Path(commands[0][4]), id_column="id")
-    expected = prototype_vectors(nlp, "bert_textcat", [texts[0]])[0]
-    numpy.testing.assert_allclose(collection.vectors[0], expected, atol=1e-5)
+    # --encoder base: the checkpoint the router's config names
+    summary = json.loads(Path("discovered/summary.json").read_text())
+    assert summary["vectors"] == f"the frozen sentence vectors of {tiny_bert}"
     extended = commands[-1][3]
     labels = spacy.load(extended).get_pipe("bert_textcat").labels
     assert labels == (*LABELS, "top_up")
+
+
+def test_encoder_base_needs_a_router_that_names_its_checkpoint(tmp_path: Path) -> None:
+    from spacy_bert_pipes.discover import discover
+    from spacy_bert_pipes.discover.pool import base_checkpoint
+
+    annotations = tmp_path / "routed.jsonl"
+    annotations.write_text("")
+    with pytest.raises(ValueError, match="--encoder base takes the checkpoint.*give --pipeline"):
+        discover(annotations, encoder="base")
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="no bert_textcat with label prototypes"):
+        base_checkpoint(nlp, None)
+    with pytest.raises(ValueError, match=r"names no checkpoint \(\[initialize.components.router"):
+        base_checkpoint(nlp, "router")
