@@ -11,7 +11,9 @@ sentence vector (`discover.frozen_vectors`, unit length). Clustered with
 `discover.cluster_pool` with K from the data (`bert-pipes discover`'s default,
 `--clusters auto`), with `discover.density_clusters` (HDBSCAN* over a
 15-nearest-neighbour graph, `--clusters density`, at min cluster sizes 5 and
-10) and with `discover.kmeans_clusters` at the true K = 30. Scored on the held-out queries
+10) and with `discover.kmeans_clusters` at the true K = 30; and `auto`'s
+clusters as the review holds them (`discover.cluster.leave_out_loose`: the
+loose ones left out when the silhouette curve is flat). Scored on the held-out queries
 only: NMI and ARI against their intents (noise counts as one more cluster), the
 share left as noise, and the intents discovered (`discover.score_clusters`): one
 cluster holds at least half of an intent's queries and at least 80% of that
@@ -37,7 +39,7 @@ from spacy_bert_pipes.discover import (
     kmeans_clusters,
     score_clusters,
 )
-from spacy_bert_pipes.discover.cluster import AUTO
+from spacy_bert_pipes.discover.cluster import AUTO, leave_out_loose
 
 extras.use()  # scikit-learn (k-means, silhouettes, the scores)
 
@@ -72,9 +74,13 @@ def main(seeds: str = typer.Option("0,1", help="Seeds choosing the held-out inte
         held = numpy.asarray([i != "oos" for _, i in pool])
         gold = [i for _, i in pool if i != "oos"]
         auto, method = cluster_pool(unit, AUTO, seed=seed)
+        # what `discover`'s review holds: auto with its loose clusters left
+        # out when the silhouette curve is flat
+        review, _, loose = leave_out_loose(unit, auto, flat=method["flat"], seed=seed)
         runs = {
             "kmeans_k30": kmeans_clusters(unit, HELD_OUT, seed=seed),
             f"kmeans_auto_k{method['k']}": auto,
+            f"review_auto_k{method['k']}_{len(loose)}_loose_left_out": review,
             "density_min5": density_clusters(unit, min_cluster_size=5),
             "density_min10": density_clusters(unit, min_cluster_size=10),
         }

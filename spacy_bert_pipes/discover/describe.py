@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy
 
-from .cluster import NOISE
+from .cluster import LOOSE_SILHOUETTE, NOISE
 
 # Two clusters whose centroids have at least this cosine are proposed as one
 # (`merge_proposals`); chosen on the frozen vectors' pools of
@@ -27,12 +27,6 @@ WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
 # relative cut (nearer than the label's nearest label) was tried and called
 # half the new intents of bench/discover_review.py "near" (docs/discover.md).
 NEAR_COSINE = 0.7
-# A cluster whose docs' mean silhouette is below this is "loose": its docs are
-# hardly nearer each other than the next cluster's, scattered requests k-means
-# had to put somewhere rather than one intent. On the frozen vectors' pools of
-# bench/discover_review.py, the clusters of new intents were at 0.1 or above
-# but for a few of two intents together, and most foreign ones below.
-LOOSE_SILHOUETTE = 0.1
 # A cluster most of whose docs the router routed to one label is "near" it.
 ROUTED_MAJORITY = 0.5
 # Representatives of a cluster's bulk: none this close to one chosen before.

@@ -27,9 +27,15 @@ import numpy
 
 from ..io.errors import ConversionError
 from ..similar import unit_rows
-from .cluster import DEFAULT_CLUSTERS, NOISE, cluster_pool, parse_clusters
-from .describe import (
+from .cluster import (
+    DEFAULT_CLUSTERS,
     LOOSE_SILHOUETTE,
+    NOISE,
+    cluster_pool,
+    leave_out_loose,
+    parse_clusters,
+)
+from .describe import (
     NEAR_COSINE,
     centroid,
     keywords,
@@ -40,7 +46,6 @@ from .describe import (
     suggested_name,
     verdict,
 )
-from .kmeans import cluster_silhouettes
 from .labels import (
     PROTOTYPE_SAMPLE,
     ROUTED_SAMPLE,
@@ -254,16 +259,15 @@ def discover(
         assigned, method = cluster_pool(
             unit, how, min_cluster_size=min_cluster_size, seed=seed, progress=progress
         )
-    silhouette_of = cluster_silhouettes(unit, assigned, seed=seed) if len(rows) else {}
-    loose = sorted(c for c, value in silhouette_of.items() if value < LOOSE_SILHOUETTE)
-    hidden = numpy.isin(assigned, loose) if method.get("flat") and not keep_loose else None
-    if hidden is not None and hidden.any():
-        assigned = numpy.where(hidden, NOISE, assigned)
+    before = assigned
+    flat = bool(method.get("flat")) and not keep_loose
+    assigned, silhouette_of, loose = leave_out_loose(unit, assigned, flat=flat, seed=seed)
+    loose_docs = int(numpy.isin(before, loose).sum())
+    if loose:
         method["warning"] += (
-            f"; {len(loose)} loose clusters ({int(hidden.sum()):,} docs, silhouette below "
+            f"; {len(loose)} loose clusters ({loose_docs:,} docs, silhouette below "
             f"{LOOSE_SILHOUETTE}) are left out of the review (cluster -1): --keep-loose keeps them"
         )
-    before = assigned
     assigned = _by_size(assigned)
     n_found = int(assigned.max()) + 1 if len(assigned) else 0
     members = [numpy.flatnonzero(assigned == c) for c in range(n_found)]
@@ -339,8 +343,8 @@ def discover(
         "empty_text": len(pooled) - len(rows),
         "clustered": int((assigned != NOISE).sum()),
         "noise": int((assigned == NOISE).sum()),
-        "loose_left_out": 0 if hidden is None else len(loose),
-        "loose_docs_left_out": 0 if hidden is None else int(hidden.sum()),
+        "loose_left_out": len(loose),
+        "loose_docs_left_out": loose_docs,
         "clusters": n_found,
         "new_intents": sum(cluster.verdict == "new intent" for cluster in described),
         "loose": sum(cluster.verdict == "loose" for cluster in described),
