@@ -41,9 +41,11 @@ def discovery_section(d: DiscoveryFiles, figures: Figures) -> List[Block]:
             f"at least {s.get('min_cluster_size')} docs): {s.get('clustered')} docs in "
             f"{s.get('clusters')} clusters, {s.get('noise')} left unclustered"
             + (f", {s.get('empty_text')} empty texts left out" if s.get("empty_text") else "")
-            + f". {s.get('new_intents')} clusters are further than cosine "
-            f'{s.get("near_cosine")} from every known label ("new intent"); the others '
-            "sit near a known label (a blind spot of it, or a neighbour). The review "
+            + f'. {s.get("new_intents")} clusters are a "new intent", {s.get("loose", 0)} '
+            f'"loose" (their docs\' silhouette below {s.get("loose_silhouette", 0.1)}: '
+            "scattered requests, or intents together); the others sit near a known label "
+            "(the router routed most of their docs to it, or their centroid is within cosine "
+            f"{s.get('near_cosine')} of it: a blind spot of it, or a neighbour). The review "
             f"file is `{d.folder / str((s.get('files') or {}).get('review'))}`."
             + (f" Warning: {s.get('warning')}." if s.get("warning") else "")
         ),

@@ -81,6 +81,7 @@ def test_discover_then_add_the_accepted_clusters(router: Path, tmp_path: Path) -
     markdown = discovery_report(out, reported)
     assert "## New intents among the docs not routed" in markdown
     assert "15 docs in 3 clusters, 0 left unclustered" in markdown
+    assert f'{summary["new_intents"]} clusters are a "new intent", 0 "loose"' in markdown
     assert "| rename:new_pin |" in markdown and "| accept |" in markdown
     assert (reported / f"discovery_{out.name}.png").read_bytes() == (
         out / "clusters.png"
