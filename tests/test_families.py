@@ -417,3 +417,37 @@ def test_frozen_bottom_layers_get_no_gradients(family: str, build: Build) -> Non
     assert any("embeddings" in name for name in frozen)
     assert any(".0." in name for name in frozen) and not any(".0." in name for name in trains)
     assert any(".1." in name for name in trains)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_cut_stack_computes_what_the_smaller_checkpoint_computes(
+    family: str, build: Build, tmp_path: Path
+) -> None:
+    """`shrink`'s cut (`keep_layers`): the bottom layer kept is what transformers
+    computes with the checkpoint loaded at one layer, and it saves and loads as
+    a one-layer model of its family (ALBERT, one shared layer: a clear error)."""
+    from spacy_bert_pipes.models.transformer.transformer_module import keep_layers, layer_count
+
+    path = build(family)
+    transformer = hf_model(path)
+    if family == "albert":
+        assert layer_count(transformer) == 0
+        with pytest.raises(ValueError, match="ALBERT shares one layer"):
+            keep_layers(transformer, [0])
+        return
+    assert layer_count(transformer) >= 2
+    keep_layers(transformer, [0])
+    assert layer_count(transformer) == 1
+    inputs = hf_tokenizer(path)(TEXT, return_tensors="pt")
+    inputs.pop("token_type_ids", None)
+    layers_attr = "n_layers" if family == "distilbert" else "num_hidden_layers"
+    from transformers import AutoModel
+
+    one = AutoModel.from_pretrained(path, **{layers_attr: 1}).eval()
+    transformer.save_pretrained(tmp_path / "cut")
+    saved = AutoModel.from_pretrained(tmp_path / "cut").eval()
+    assert getattr(saved.config, layers_attr) == 1
+    with torch.no_grad():
+        cut = transformer(**inputs).last_hidden_state
+        assert_allclose(cut.numpy(), one(**inputs).last_hidden_state.numpy(), atol=1e-5)
+        assert_allclose(cut.numpy(), saved(**inputs).last_hidden_state.numpy(), atol=1e-5)
