@@ -451,3 +451,38 @@ def test_a_cut_stack_computes_what_the_smaller_checkpoint_computes(
         cut = transformer(**inputs).last_hidden_state
         assert_allclose(cut.numpy(), one(**inputs).last_hidden_state.numpy(), atol=1e-5)
         assert_allclose(cut.numpy(), saved(**inputs).last_hidden_state.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "albert"])
+def test_a_cut_student_learns_the_teachers_hidden_states(
+    family: str, build: Build, tmp_path: Path
+) -> None:
+    """`shrink --align-steps`: every encoder of a pipeline (the shared one, with
+    case embeddings, and QA's own) cut to one layer learns its teacher's hidden
+    states: the loss falls and the student still annotates with every head."""
+    from spacy_bert_pipes.multitask.hidden_states import align
+    from spacy_bert_pipes.multitask.shrink import cut, encoders
+
+    nlp = family_pipeline(build(family))
+    nlp.initialize(lambda: labelled(nlp))
+    nlp.to_disk(tmp_path / "teacher")
+    teacher = spacy.load(tmp_path / "teacher")
+    student = spacy.load(tmp_path / "teacher")
+    kept = cut(student, 1, "teacher")
+    assert set(kept) == {"bert_encoder", "bert_qa"}
+    docs = [student.make_doc(text) for text in [TEXT, LONG, "my card", "who is in paris"] * 2]
+    for name, layers in kept.items():
+        summary = align(
+            encoders(teacher)[name],
+            encoders(student)[name],
+            layers,
+            docs,
+            30,
+            batch_size=4,
+            learn_rate=1e-3,
+            name=name,
+            progress=False,
+        )
+        assert summary.loss_last < summary.loss_first, (name, summary)
+    doc = student(TEXT)
+    assert doc.cats and doc.has_annotation("ENT_IOB") and doc._.answers is not None

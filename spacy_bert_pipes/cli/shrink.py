@@ -6,7 +6,8 @@ from typing import List, Optional
 import typer
 
 from ..io.readers import InputFormat
-from ..multitask.shrink import ShrinkError, layer_names, shrink
+from ..multitask.hidden_states import ALIGN_STEPS
+from ..multitask.shrink import Labels, ShrinkError, layer_names, shrink
 from .common import (
     app,
     fail,
@@ -40,28 +41,36 @@ def shrink_cli(
     texts_weight: Optional[float] = typer.Option(
         None,
         "--texts-weight",
-        help="The texts' sampling weight, on the scale of the pipeline's corpora.train "
-        "weights (default: their size ** alpha)",
+        help="With --labels teacher: the texts' sampling weight, on the scale of the "
+        "pipeline's corpora.train weights (default: their size ** alpha)",
         min=0,
     ),
     text_column: str = text_column_option(),
     input_format: InputFormat = input_format_option(),
     steps: Optional[int] = typer.Option(
-        None, "--steps", help="Training steps (default: the pipeline's max_steps)", min=1
+        None, "--steps", help="Training steps (default: twice the pipeline's max_steps)", min=1
     ),
-    gold_only: bool = typer.Option(
-        False,
-        "--gold-only",
-        help="Train the cut student on the corpora's gold annotation alone (no teacher "
-        "outputs, no --texts)",
+    labels: Labels = typer.Option(
+        "gold",
+        "--labels",
+        help="What the heads train on: gold (the corpora's annotation, each head on its "
+        "own corpus) or teacher (the teacher's annotation of every doc and text where "
+        "gold is missing)",
+    ),
+    align_steps: int = typer.Option(
+        ALIGN_STEPS,
+        "--align-steps",
+        help="Steps (of 32 encoder windows) in which each cut encoder learns the "
+        "teacher's hidden states before its heads train (0: none)",
+        min=0,
     ),
     batch_size: int = typer.Option(64, help="Docs per teacher batch", min=1),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to run on (-1: CPU)"),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Train a smaller copy of PIPELINE: every encoder keeps K of its layers (spread
-    evenly, the top one kept), every head comes along, and the student learns what
-    the teacher says about the training corpora and TEXTS (docs/shrink.md)."""
+    evenly, the top one kept) and learns the teacher's hidden states over the
+    training corpora and TEXTS, then every head trains on the corpora (docs/shrink.md)."""
     refuse_to_overwrite(output, overwrite)
     if gpu_id >= 0:
         import spacy
@@ -81,7 +90,8 @@ def shrink_cli(
             text_column=text_column,
             input_format=input_format,
             steps=steps,
-            gold_only=gold_only,
+            labels=labels,
+            align_steps=align_steps,
             batch_size=batch_size,
             gpu_id=gpu_id,
         )
@@ -89,4 +99,9 @@ def shrink_cli(
         fail(str(err))
     for name, kept in result.kept.items():
         typer.echo(f"{name}: kept the teacher's layers {layer_names(kept)} (1-based)")
+    for name, aligned in result.aligned.items():
+        typer.echo(
+            f"{name}: hidden states matched in {aligned.steps} steps, loss "
+            f"{aligned.loss_first:.3f} -> {aligned.loss_last:.3f}"
+        )
     typer.echo(f"The student: {result.student}")

@@ -9,7 +9,9 @@ distill.py     `bert-pipes distill`: teachers trained apart annotate every doc t
                lacks their head's annotation (imported on its own: it loads pipes);
                their probabilities go to `doc._.bert_pipes_targets` (corpus_attrs.py)
 shrink.py      `bert-pipes shrink`: a student of a trained pipeline with K of its
-               encoder layers, trained on the pipeline's outputs (with distill.py)
+               encoder layers, its heads trained again (gold, or distill.py's)
+hidden_states.py  shrink's first step: the cut encoder learns the teacher's
+               hidden states (kept layers, heads' own top layers)
 compare.py     the one-pass pipeline's scores and docs/s beside the heads apart
 """
 

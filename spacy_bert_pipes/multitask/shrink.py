@@ -1,35 +1,37 @@
 """A smaller copy of a trained pipeline: `bert-pipes shrink PIPELINE OUTPUT --layers K`.
 
 The student is the teacher pipeline with each BERT encoder cut to K of its L
-layers, trained on what the teacher says about its training corpora. In order:
+layers, which learns the teacher's hidden states and then trains its heads. In
+order:
 
 1. `cut`: load the teacher, keep K of each encoder's layers (`choose_layers`:
    spread evenly, the top one always kept) with their weights, and save it to
    OUTPUT/student-init. Every component comes along as it is: heads' weights,
    labels, fixed questions, calibration (temperature, threshold), heads' own top
    layers (branches, which then run on the kept stack's layer K - n).
-2. `distill.distill`: the teacher annotates every training doc (and each
-   unlabelled text of `texts`) wherever a doc lacks a head's annotation: class
-   probabilities as soft targets, entities, slot answers. Gold is kept.
-3. `train`: spaCy's train on OUTPUT/config.cfg (`student_config`): the teacher's
+2. `hidden_states.align` (`align_steps` > 0, the default): each cut encoder learns to
+   compute the teacher's hidden states over the training texts (and `texts`).
+3. With `labels` "teacher" only, `distill.distill`: the teacher annotates every
+   training doc (and each unlabelled text of `texts`) wherever a doc lacks a
+   head's annotation: class probabilities as soft targets, entities, slot
+   answers. Gold is kept. With "gold" (the default) the heads train on the
+   corpora as they are, each on its own corpus's docs, as the teacher did.
+4. `train`: spaCy's train on OUTPUT/config.cfg (`student_config`): the teacher's
    own training config with every component sourced from OUTPUT/student-init
    (spaCy resumes training sourced components: nothing is initialized again),
-   the distilled corpora as the train corpus and the teacher's dev corpora.
+   the (distilled) corpora as the train corpus and the teacher's dev corpora.
    The student is OUTPUT/model-last (and model-best, by the dev scores).
 
-Only the heads' outputs are distilled (soft labels); the student's hidden states
-are not matched to the teacher's. `gold_only` leaves step 2 out: the cut student
-is trained on the corpora's gold annotation alone (at the `make run` budget it
-scored higher on every head than with the teacher's outputs: docs/shrink.md).
+docs/shrink.md has what each recipe scored on the `make run` pipeline.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, get_args
 
 from spacy.language import Language
-from spacy.tokens import DocBin
+from spacy.tokens import Doc, DocBin
 from thinc.api import Config, Model
 
 from ..io.errors import ConversionError
@@ -37,11 +39,19 @@ from ..io.readers import InputFormat, read_input
 from ..loading import PipelineLoadError, load_pipeline
 from .corpus import READER
 from .distill import DistillError, distill, pipeline_teachers
+from .hidden_states import ALIGN_STEPS, AlignSummary, align
 
 INIT = "student-init"
 DISTILLED = "distilled"
 CONFIG = "config.cfg"
 TEXTS = "texts"
+# The student trains twice the teacher's steps unless told: it starts from an
+# encoder its heads were not trained on (docs/shrink.md: at the teacher's steps the
+# 3-layer student of `make run` lost 3.1 entity F1, at twice them 1.2).
+STEPS_FACTOR = 2
+# What the student's heads train on (`shrink`'s `labels`).
+Labels = Literal["gold", "teacher"]
+LABELS: Tuple[str, ...] = get_args(Labels)
 SUMMARY = "shrink.json"
 LOGGER = {
     "@loggers": "spacy-bert-pipes.ProgressLogger.v1",
@@ -65,11 +75,14 @@ class ShrinkResult:
         positions of the teacher's layers the student kept.
     annotated (Dict[str, Dict[str, int]]): Per training source, its docs and how
         many the teacher annotated for each head.
+    aligned (Dict[str, AlignSummary]): Per component holding an encoder, its
+        hidden-state matching (empty without `align_steps`).
     """
 
     student: Path
     kept: Dict[str, List[int]]
     annotated: Dict[str, Dict[str, int]]
+    aligned: Dict[str, AlignSummary] = field(default_factory=dict)
 
 
 def choose_layers(n_layers: int, k: int) -> List[int]:
@@ -172,7 +185,8 @@ def student_config(
     every component sourced from `init`, `train` as a MultiCorpus train corpus
     (the teacher's sampling settings kept where it had one), `dev` as its dev
     corpus (`weights` added to the teacher's sampling weights), the teacher's
-    [training] with `steps` steps (None: the teacher's) and the ProgressLogger,
+    [training] with `steps` steps (None: STEPS_FACTOR times the teacher's
+    max_steps; a warm-up of the same share) and the ProgressLogger,
     and nothing to initialize."""
     config = Config(teacher).interpolate()
     for name in config["nlp"]["pipeline"]:
@@ -194,12 +208,18 @@ def student_config(
         dev_corpus.update(limit=old_dev.get("limit", 0), max_length=old_dev.get("max_length", 0))
     config["corpora"]["dev"] = dev_corpus
     training = config["training"]
+    teacher_steps = int(training.get("max_steps") or 0)
+    if steps is None and teacher_steps > 0:
+        steps = STEPS_FACTOR * teacher_steps
     if steps is not None:
         training["max_steps"] = steps
         training["eval_frequency"] = min(int(training.get("eval_frequency") or steps), steps)
         schedule = training.get("optimizer", {}).get("learn_rate")
         if isinstance(schedule, dict) and "total_steps" in schedule:
             schedule["total_steps"] = steps
+            if teacher_steps > 0 and "warmup_steps" in schedule:
+                # the same share of the run warms up
+                schedule["warmup_steps"] = round(schedule["warmup_steps"] * steps / teacher_steps)
     training["logger"] = dict(LOGGER)
     config["initialize"]["components"] = {}
     return config
@@ -217,7 +237,8 @@ def shrink(
     text_column: str = "text",
     input_format: InputFormat = "auto",
     steps: Optional[int] = None,
-    gold_only: bool = False,
+    labels: Labels = "gold",
+    align_steps: int = ALIGN_STEPS,
     batch_size: int = 64,
     gpu_id: int = -1,
     progress: bool = True,
@@ -228,20 +249,34 @@ def shrink(
         the teacher's config.cfg reads in [corpora.train], relative to the
         current folder).
     dev (Optional[Dict[str, Path]]): The dev corpora (None: the teacher's).
-    texts (Optional[Path]): Unlabelled texts the teacher annotates for the student too.
+    texts (Optional[Path]): Unlabelled texts: the student learns the teacher's
+        hidden states on them too, and with `labels` "teacher" its annotations.
     texts_weight (Optional[float]): Their sampling weight in the train corpus
-        (None: as MultiCorpus gives a source without one, size ** alpha).
-    steps (Optional[int]): Training steps (None: the teacher's max_steps).
-    gold_only (bool): Train on the corpora's gold annotation alone: the teacher
-        annotates nothing (no `texts`).
+        (labels "teacher"; None: as MultiCorpus gives a source without one).
+    steps (Optional[int]): Training steps (None: STEPS_FACTOR times the teacher's
+        max_steps).
+    labels (str): What the heads train on: "gold", the corpora's annotation (each
+        head on its own corpus, as the teacher trained), or "teacher", the
+        teacher's annotation of every doc wherever gold is missing.
+    align_steps (int): Steps of hidden-state matching before the heads train (0: none).
     RETURNS (ShrinkResult): The student's path, the kept layers, the annotation counts.
     """
     from spacy.cli.train import train as spacy_train
 
     if layers < 1:
         raise ShrinkError(f"--layers {layers}: a student needs at least 1 layer")
-    if gold_only and texts is not None:
-        raise ShrinkError(f"--texts {texts}: unlabelled texts need the teacher (not --gold-only)")
+    if labels not in LABELS:
+        raise ShrinkError(f"--labels {labels}: choose from {', '.join(LABELS)}")
+    if texts is not None and labels == "gold" and not align_steps:
+        raise ShrinkError(
+            f"--texts {texts}: unlabelled texts teach the student the teacher's hidden "
+            "states (--align-steps) or its annotation (--labels teacher); both are off"
+        )
+    if texts_weight is not None and labels == "gold":
+        raise ShrinkError(
+            "--texts-weight: with --labels gold the texts are not trained on (only their "
+            "hidden states are matched); it needs --labels teacher"
+        )
     try:
         teacher = load_pipeline(pipeline)
         student = load_pipeline(pipeline)
@@ -253,14 +288,20 @@ def shrink(
     train = _corpora(sources, teacher_config, "train", pipeline)
     dev_paths = _corpora(dev, teacher_config, "dev", pipeline)
     output.mkdir(parents=True, exist_ok=True)
-    student.to_disk(output / INIT)
+    texts_path: Dict[str, Path] = {}
     if texts is not None:
-        text_path = output / f"{TEXTS}.spacy"
-        write_texts(teacher, texts, text_path, text_column=text_column, input_format=input_format)
-        train[TEXTS] = text_path
+        texts_path[TEXTS] = output / f"{TEXTS}.spacy"
+        write_texts(
+            teacher, texts, texts_path[TEXTS], text_column=text_column, input_format=input_format
+        )
+    aligned = {}
+    if align_steps:
+        aligned = _align(teacher, student, kept, {**train, **texts_path}, align_steps, progress)
+    student.to_disk(output / INIT)
     annotated: Dict[str, Dict[str, int]] = {}
-    distilled = dict(train)
-    if not gold_only:
+    corpora = dict(train)
+    if labels == "teacher":
+        train.update(texts_path)
         try:
             summary = distill(
                 train,
@@ -272,28 +313,51 @@ def shrink(
         except DistillError as err:
             raise ShrinkError(str(err)) from err
         annotated = {n: {"docs": s.docs, **s.annotated} for n, s in summary.items()}
-        distilled = {name: output / DISTILLED / f"{name}.spacy" for name in train}
+        corpora = {name: output / DISTILLED / f"{name}.spacy" for name in train}
     config = student_config(
         teacher_config,
         (output / INIT).resolve(),
-        {n: Path(p).resolve() for n, p in distilled.items()},
+        {n: Path(p).resolve() for n, p in corpora.items()},
         {n: str(p) for n, p in dev_paths.items()},
         steps,
-        {TEXTS: texts_weight} if texts is not None and texts_weight is not None else None,
+        {TEXTS: texts_weight} if TEXTS in corpora and texts_weight is not None else None,
     )
     config.to_disk(output / CONFIG)
     record = {
         "teacher": str(pipeline),
         "layers": layers,
-        "gold_only": gold_only,
+        "labels": labels,
         "kept_layers_0_based": kept,
-        "sources": {n: str(p) for n, p in train.items()},
+        "sources": {n: str(p) for n, p in {**train, **texts_path}.items()},
         "dev": {n: str(p) for n, p in dev_paths.items()},
+        "aligned": {name: asdict(summary) for name, summary in aligned.items()},
         "annotated": annotated,
     }
     (output / SUMMARY).write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
     spacy_train(output / CONFIG, output, use_gpu=gpu_id)
-    return ShrinkResult(output / "model-last", kept, annotated)
+    return ShrinkResult(output / "model-last", kept, annotated, aligned)
+
+
+def _align(
+    teacher: Language,
+    student: Language,
+    kept: Dict[str, List[int]],
+    train: Dict[str, Path],
+    steps: int,
+    progress: bool,
+) -> Dict[str, AlignSummary]:
+    """Match each cut encoder's hidden states to the teacher's over the texts of
+    the training corpora (`hidden_states.align`), in place."""
+    docs: List[Doc] = []
+    for path in train.values():
+        docs.extend(DocBin().from_disk(path).get_docs(student.vocab))
+    teachers, students = encoders(teacher), encoders(student)
+    return {
+        name: align(
+            teachers[name], students[name], layers, docs, steps, name=name, progress=progress
+        )
+        for name, layers in kept.items()
+    }
 
 
 def _corpora(

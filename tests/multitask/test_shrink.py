@@ -1,5 +1,6 @@
 """bert-pipes shrink: a student with K of the teacher's encoder layers, every head
-carried over, trained on the teacher's outputs."""
+carried over, that learns the teacher's hidden states, then trains its heads on
+gold (the default) or on the teacher's annotation."""
 
 import json
 from pathlib import Path
@@ -64,7 +65,17 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def student(teacher: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("shrink_student")
     texts = write_jsonl(output.parent / "texts.jsonl", [{"text": "my card is in paris"}])
-    shrink(teacher, output, 2, texts=texts, texts_weight=2.0, steps=2, progress=False)
+    shrink(
+        teacher,
+        output,
+        2,
+        texts=texts,
+        texts_weight=2.0,
+        steps=2,
+        labels="teacher",
+        align_steps=0,
+        progress=False,
+    )
     return output
 
 
@@ -173,15 +184,27 @@ def test_cut_shrinks_a_head_with_its_own_encoder(tmp_path: Path) -> None:
     assert loaded("my card").cats
 
 
-def test_gold_only_trains_on_the_corpora_as_they_are(teacher: Path, tmp_path: Path) -> None:
-    shrink(teacher, tmp_path / "gold", 2, steps=1, gold_only=True, progress=False)
+def test_gold_labels_train_on_the_corpora_as_they_are(teacher: Path, tmp_path: Path) -> None:
+    """The default labels: each head on its corpus's gold; unlabelled texts only
+    feed the hidden-state matching, which they need."""
+    texts = write_jsonl(tmp_path / "texts.jsonl", [{"text": "my card is in paris"}])
+    shrink(teacher, tmp_path / "gold", 2, steps=1, texts=texts, align_steps=2, progress=False)
     assert not (tmp_path / "gold" / "distilled").exists()
     config = spacy.util.load_config(tmp_path / "gold" / "config.cfg")
     sources = config["corpora"]["train"]["sources"]
     assert set(sources.values()) == {str((teacher.parent.parent / "corpus.spacy").resolve())}
+    record = json.loads((tmp_path / "gold" / "shrink.json").read_text())
+    assert record["labels"] == "gold" and "texts" in record["sources"]
+    # the four corpora (one file here) and the one text: a window per short doc
+    corpus_docs = len(DocBin().from_disk(teacher.parent.parent / "corpus.spacy"))
+    assert record["aligned"]["bert_encoder"]["windows"] == 4 * corpus_docs + 1
     assert spacy.load(tmp_path / "gold" / "model-last")("what is my pin").cats
-    with pytest.raises(ShrinkError, match="--texts .*need the teacher"):
-        shrink(teacher, tmp_path / "x", 2, gold_only=True, texts=tmp_path / "t.jsonl")
+    with pytest.raises(ShrinkError, match="--texts .*both are off"):
+        shrink(teacher, tmp_path / "x", 2, align_steps=0, texts=texts)
+    with pytest.raises(ShrinkError, match="--texts-weight: with --labels gold"):
+        shrink(teacher, tmp_path / "x", 2, texts=texts, texts_weight=1.0)
+    with pytest.raises(ShrinkError, match="--labels silver: choose from gold, teacher"):
+        shrink(teacher, tmp_path / "x", 2, labels="silver")  # type: ignore[arg-type]
 
 
 def test_cli_errors(teacher: Path, tmp_path: Path) -> None:
@@ -203,3 +226,50 @@ def test_cli_errors(teacher: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["shrink", str(tmp_path / "nothing"), out, "--layers", "2"])
     assert result.exit_code == 1
     assert "nothing" in result.output
+
+
+def test_align_steps_match_the_teachers_states_first(teacher: Path, tmp_path: Path) -> None:
+    """--align-steps (on by default): the cut encoder learns the teacher's hidden states before its
+    heads train: its kept layers and the intents' own top layer (trainable), not
+    the vectors' frozen copy; shrink.json and the terminal say so."""
+    out = tmp_path / "aligned"
+    result = CliRunner().invoke(
+        app,
+        [
+            "shrink", str(teacher), str(out), "--layers", "2", "--steps", "1",
+            "--align-steps", "3",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "bert_encoder: hidden states matched in 3 steps, loss" in result.output
+    aligned = json.loads((out / "shrink.json").read_text())["aligned"]["bert_encoder"]
+    assert aligned["steps"] == 3
+    assert aligned["targets"] == [
+        "layer 1 <- teacher layer 2",
+        "layer 2 <- teacher layer 4",
+        "branch intents",
+    ]
+    # the saved starting point is the aligned one, not the bare cut
+    import torch
+
+    cut_only = spacy.load(teacher)
+    cut(cut_only, 2, "teacher")
+    start = spacy.load(out / "student-init")
+    a = hf_shim(encoders(cut_only)["bert_encoder"]).module.transformer.encoder.layer[0]
+    b = hf_shim(encoders(start)["bert_encoder"]).module.transformer.encoder.layer[0]
+    assert not all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+def test_the_student_trains_twice_the_teachers_steps_by_default(teacher: Path) -> None:
+    from thinc.api import Config
+
+    from spacy_bert_pipes.multitask.shrink import STEPS_FACTOR, student_config
+
+    config = Config(spacy.load(teacher).config).interpolate()
+    config["training"]["optimizer"]["learn_rate"].update(total_steps=2, warmup_steps=1)
+    student = student_config(config, Path("init"), {}, {})["training"]
+    assert STEPS_FACTOR == 2 and student["max_steps"] == 4
+    assert student["optimizer"]["learn_rate"]["total_steps"] == 4
+    assert student["optimizer"]["learn_rate"]["warmup_steps"] == 2
+    given = student_config(config, Path("init"), {}, {}, steps=6)["training"]
+    assert given["max_steps"] == 6 and given["optimizer"]["learn_rate"]["warmup_steps"] == 3
