@@ -3,6 +3,8 @@ measured in one run: interleaved rounds, the median of each (not a test).
 
     python bench/cpu_precisions.py [--workloads news,short] [--rounds 3]
         [--precisions fp32,int8] [--trained DIR] [--output FILE]
+    python bench/cpu_precisions.py --pipeline 6=PIPELINE --pipeline 3=STUDENT
+        [--scores 6=SCORES.json ...] [--picture PNG]   (the frontier)
 
 Each round runs every (system, precision) once, each in a fresh subprocess of
 `bench/speed.py` (`speedlib.timing.spawn`: its warm-up, timing and peak RSS), in the same
@@ -19,6 +21,14 @@ slows one round of every system rather than all rounds of one. Systems:
 
 bf16 is measured only where the CPU has AMX or AVX-512 BF16 (elsewhere torch
 emulates it). Writes bench/results/cpu_precisions_<cpu kind>.json.
+
+The frontier of a pipeline and its `bert-pipes shrink` students: with
+`--pipeline LAYERS=PATH` (repeated), ours is each of those pipelines, every head,
+at each precision (speed.py's `ours-pipeline`), in place of ours-textcat-ner;
+`--scores LAYERS=FILE` adds bench/precision_scores.py's results for each (the
+heads' test scores at each precision) to the record, and `--picture` plots each
+head's score against words/s on the first workload, spacy-transformers' words/s
+as the reference line.
 """
 
 import json
@@ -52,19 +62,89 @@ def cpu_kind() -> str:
 
 
 def runs(
-    precisions: List[str], ours: str = "ours-textcat-ner", trf: bool = True
-) -> List[Tuple[str, str]]:
-    """(system, precision) pairs of one round, in order. Ours at the precision
-    "auto" resolves to here is ours at "default" (as saved: "auto"), run once."""
+    precisions: List[str],
+    ours: str = "ours-textcat-ner",
+    trf: bool = True,
+    pipelines: Optional[Dict[str, str]] = None,
+) -> List[Tuple[str, str, str, str]]:
+    """(key, system, precision, pipeline path or "") of one round, in order. Ours at
+    the precision "auto" resolves to here is ours at "default" (as saved: "auto"),
+    run once; with `pipelines`, ours is each of them at every precision."""
     import torch
 
     from spacy_bert_pipes.models.transformer.precision import resolve_precision
 
     auto = resolve_precision("auto", torch.device("cpu"), predicting=True)
-    pairs = [("bare", p) for p in precisions]
-    pairs += [(ours, p) for p in precisions if p != auto]
-    pairs += [(ours, "default")] + ([("trf-textcat-ner", "default")] if trf else [])
-    return pairs
+    out = [(f"bare@{p}", "bare", p, "") for p in precisions]
+    if pipelines:
+        for layers, path in pipelines.items():
+            out += [(f"{layers}L@{p}", "ours-pipeline", p, path) for p in precisions]
+    else:
+        out += [(f"{ours}@{p}", ours, p, "") for p in precisions if p != auto]
+        out += [(f"{ours}@default", ours, "default", "")]
+    if trf:
+        out += [("trf-textcat-ner@default", "trf-textcat-ner", "default", "")]
+    return out
+
+
+def name_values(items: List[str], option: str) -> Dict[str, str]:
+    """LAYERS=VALUE options, in order."""
+    out: Dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise typer.BadParameter(f"{option} {item!r}: expected LAYERS=PATH")
+        out[name] = value
+    return out
+
+
+# (test set, score key, title): the heads the frontier's picture plots
+HEADS = [
+    ("banking77", "cats_accuracy", "Banking77 accuracy"),
+    ("nluplusplus", "nlu_micro_f", "NLU++ micro F"),
+    ("conll2003", "ents_f", "CoNLL-2003 entity F"),
+    ("restaurant8k", "qa_span_f", "Restaurant-8k span F"),
+]
+
+
+def picture(results: Dict[str, Any], workload: str, path: Path) -> None:
+    """One panel per head: its test score against words/s, a point per (layers,
+    precision), spacy-transformers' words/s as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    speed = results["workloads"][workload]["words_per_second_median"]
+    fig, axes = plt.subplots(1, len(HEADS), figsize=(4.0 * len(HEADS), 3.4))
+    markers = {"fp32": "o", "bf16": "s", "int8": "^"}
+    for ax, (test, key, title) in zip(axes, HEADS):
+        for i, (layers, scores) in enumerate(results["scores"].items()):
+            points = []
+            for precision, score in scores.get(test, {}).items():
+                wps = speed.get(f"{layers}L@{precision}")
+                if wps is None or score.get(key) is None:
+                    continue
+                points.append((wps, 100 * score[key]))
+                ax.scatter(*points[-1], marker=markers.get(precision, "o"), color=f"C{i}")
+                ax.annotate(f"{layers}L {precision}", points[-1], fontsize=7)
+            if points:
+                ax.plot(*zip(*sorted(points)), color=f"C{i}", alpha=0.3)
+        if "trf-textcat-ner@default" in speed:
+            ax.axvline(speed["trf-textcat-ner@default"], color="grey", linestyle="--")
+            ax.annotate(
+                "spacy-transformers",
+                (speed["trf-textcat-ner@default"], 0.02),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                rotation=90,
+            )
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(f"words/s, {workload}")
+    axes[0].set_ylabel("test score")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
 
 def int8_build_seconds(rounds: int, threads: int) -> List[float]:
@@ -102,14 +182,29 @@ def main(
     trf: bool = typer.Option(True, help="Also run spacy-transformers (trf-textcat-ner)"),
     threads: int = typer.Option(2, help="torch threads of every system"),
     output: Optional[Path] = typer.Option(None, help="JSON results"),
+    pipeline: List[str] = typer.Option(
+        [], help="LAYERS=PATH: a pipeline to run as ours, every head (repeat; the frontier)"
+    ),
+    scores: List[str] = typer.Option(
+        [], help="LAYERS=FILE: bench/precision_scores.py's results for a --pipeline"
+    ),
+    picture_path: Optional[Path] = typer.Option(
+        None, "--picture", help="PNG: each head's score against words/s (with --scores)"
+    ),
 ) -> None:
     wanted = [p for p in precisions.split(",") if p and (p != "bf16" or cpu_has_fast_bf16())]
+    pipelines = name_values(pipeline, "--pipeline")
     results: Dict[str, Any] = {
         "machine": timing.machine(),
         "versions": timing.versions(),
         "cpu_kind": cpu_kind(),
         "rounds": rounds,
         "command": " ".join(sys.argv),
+        "pipelines": pipelines,
+        "scores": {
+            layers: json.loads(Path(file).read_text(encoding="utf8"))["scores"]
+            for layers, file in name_values(scores, "--scores").items()
+        },
         "workloads": {},
     }
     for workload in workloads.split(","):
@@ -122,7 +217,7 @@ def main(
         timings: Dict[str, List[float]] = {}
         details: Dict[str, Any] = {}
         for round_ in range(rounds):
-            for system, precision in runs(wanted, ours, trf):
+            for key, system, precision, path in runs(wanted, ours, trf, pipelines):
                 s = speed_workloads.Settings(
                     workload=workload,
                     limit=limit or speed_workloads.DEFAULT_LIMITS[workload],
@@ -136,10 +231,9 @@ def main(
                     repeats=1,
                     gpu=-1,
                     data=str(speed_workloads.DEFAULT_DATA),
-                    trained=str(trained or ""),
+                    trained=path or str(trained or ""),
                 )
                 result = timing.spawn(system, s, timeout=1800)
-                key = f"{system}@{precision}"
                 if "error" in result:
                     print(f"{workload} round {round_} {key}: {result['error']}", file=sys.stderr)
                     continue
@@ -150,10 +244,14 @@ def main(
                 }
                 print(f"{workload} round {round_} {key}: {result['words_per_second']:,.0f} words/s")
         medians = {key: statistics.median(v) for key, v in timings.items()}
+        reference = medians.get("trf-textcat-ner@default")
         results["workloads"][workload] = {
             "texts": len(texts),
             "words": n_words,
             "words_per_second_median": medians,
+            "times_spacy_transformers": {
+                key: value / reference for key, value in medians.items() if reference
+            },
             "words_per_second_rounds": timings,
             "details": details,
         }
@@ -167,6 +265,9 @@ def main(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf8")
     print(f"wrote {out}")
+    if picture_path is not None and results["scores"]:
+        picture(results, workloads.split(",")[0], picture_path)
+        print(f"wrote {picture_path}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ PER/ORG/LOC/MISC):
   ours-ner          bert_ner (first wordpiece, case features) on its own encoder.
   ours-textcat-ner  bert_encoder + bert_textcat + bert_ner listening to it (one pass).
   ours-qa           bert_qa with 3 fixed questions per text (untrained head).
+  ours-pipeline     the saved pipeline --trained names (any pipeline: a `make run`
+                    pipeline or its `bert-pipes shrink` student), every head, at its
+                    saved windows and batch budget.
   trf-textcat-ner   spacy-transformers `transformer` (strided spans sized to our window,
                     see `trf_window`) + spaCy `textcat` (TextCatReduce, mean) and `ner`
                     (TransitionBasedParser, as en_core_web_trf) on TransformerListeners.

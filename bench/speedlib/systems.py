@@ -19,6 +19,7 @@ SYSTEMS = (
     "ours-ner",
     "ours-textcat-ner",
     "ours-qa",
+    "ours-pipeline",
     "trf-textcat-ner",
     "hf-textcat",
     "hf-ner",
@@ -299,7 +300,12 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
 
     spacy.util.fix_random_seed(0)
     labels = intent_labels(Path(s.data))
-    if system == "ours-qa":  # no trained QA pipeline: an untrained head
+    if system == "ours-pipeline":  # --trained is a saved pipeline: every head, as saved
+        from spacy_bert_pipes.loading import load_pipeline
+
+        precision = None if s.precision == "default" else s.precision
+        nlp = load_pipeline(Path(s.trained), precision=precision)  # type: ignore[arg-type]
+    elif system == "ours-qa":  # no trained QA pipeline: an untrained head
         nlp = spacy.blank("en")
         qa_model = {
             "encoder": encoder_config(s),
@@ -312,6 +318,8 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
     else:
         nlp = load_trained(s, system)
     counter = WindowCounter(s.max_batch_tokens)
+    # a pipeline of any heads: cats of its own labels, and every answer counted
+    any_pipeline = system == "ours-pipeline"
 
     def run(texts: List[str]) -> Dict[str, Any]:
         checks = {"docs": 0, "docs_with_cats": 0, "entities": 0, "answers": 0}
@@ -319,14 +327,18 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
             # Stream: keeping every Doc (and its encoder output) would grow memory.
             for doc in nlp.pipe(texts, batch_size=s.batch_size):
                 checks["docs"] += 1
-                checks["docs_with_cats"] += len(doc.cats) == len(labels)
+                checks["docs_with_cats"] += (
+                    bool(doc.cats) if any_pipeline else len(doc.cats) == len(labels)
+                )
                 checks["entities"] += len(doc.ents)
-                checks["answers"] += len(doc._.get("answers") or []) if system == "ours-qa" else 0
+                if system in ("ours-qa", "ours-pipeline"):
+                    checks["answers"] += len(doc._.get("answers") or [])
         checks.update(counter.counts)
         counter.counts = dict.fromkeys(counter.counts, 0)
         want = {
             "ours-qa": checks["answers"] == len(QUESTIONS) * len(texts),
             "ours-ner": True,
+            "ours-pipeline": True,
         }.get(system, checks["docs_with_cats"] == len(texts))
         return {**checks, "ok": checks["docs"] == len(texts) and want}
 
@@ -335,12 +347,16 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
         "precision": s.precision,
         "encoder_precisions": encoder_precisions(nlp),
         "batch_size": s.batch_size,
-        "trained": "" if system == "ours-qa" else str(trained_path(s, system)),
+        "trained": s.trained if any_pipeline else "",
     }
     if system == "ours-qa":
         settings.update(max_seq_len=QA_MAX_SEQ_LEN, doc_stride=QA_DOC_STRIDE)
+    elif any_pipeline:
+        settings.update(max_length="as saved", stride="as saved")
     else:
-        settings.update(max_length=s.max_length, stride=s.stride)
+        settings.update(
+            trained=str(trained_path(s, system)), max_length=s.max_length, stride=s.stride
+        )
     return run, settings
 
 
