@@ -14,7 +14,6 @@ the top layers) are left as they are. This is the hidden-state part of DistilBER
 distillation; the heads' soft labels come after it, in spaCy's training.
 """
 
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -117,10 +116,7 @@ def states(
 ) -> Tuple[Tuple[torch.Tensor, ...], Dict[str, torch.Tensor]]:
     """The module's hidden states (embeddings, then each layer's output) and the
     outputs of its branches (those that train, when `trainable_branches`)."""
-    kwargs: Dict[str, torch.Tensor] = {"attention_mask": mask}
-    if module.uses_token_types:
-        kwargs["token_type_ids"] = types
-    kwargs.update(module.inputs(ids, cases))
+    kwargs = module.transformer_inputs(ids, mask, types, cases)
     hidden = module.transformer(**kwargs, output_hidden_states=True).hidden_states
     branches: Dict[str, torch.Tensor] = {}
     for name, branch in module.branches.items():
@@ -230,8 +226,3 @@ def _batches(n: int, batch_size: int, seed: int) -> Iterator[List[int]]:
         rng.shuffle(order)
         for start in range(0, n - size + 1, size):
             yield order[start : start + size]
-
-
-def epoch_steps(windows: int, batch_size: int = ALIGN_BATCH) -> int:
-    """Steps in one pass over `windows` windows."""
-    return max(1, math.floor(windows / max(1, batch_size)))

@@ -120,6 +120,21 @@ class TransformerModule(torch.nn.Module):
         words = self.transformer.get_input_embeddings()(input_ids)
         return {"inputs_embeds": words + self.case_embeddings(case_ids)}
 
+    def transformer_inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        case_ids: Optional[torch.Tensor] = None,
+    ) -> Dict[str, torch.Tensor]:
+        """The transformer's keyword arguments for a batch: the mask, segment ids
+        where the family takes them, and the ids or embeddings (`inputs`)."""
+        kwargs: Dict[str, torch.Tensor] = {"attention_mask": attention_mask}
+        if self.uses_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        kwargs.update(self.inputs(input_ids, case_ids))
+        return kwargs
+
     @property
     def width(self) -> int:
         config: Any = self.transformer.config  # a transformers PretrainedConfig
@@ -147,15 +162,12 @@ class TransformerModule(torch.nn.Module):
         With branches, each branch's output follows the shared one in the last
         dimension: (batch, length, width * (1 + number of branches))."""
         # input_ids, attention_mask, token_type_ids, case_ids: (batch, length)
-        kwargs: Dict[str, torch.Tensor] = {"attention_mask": attention_mask}
-        if self.uses_token_types:
-            kwargs["token_type_ids"] = token_type_ids
         device = input_ids.device
         dtype = PRECISIONS[resolve_precision(precision or self.precision, device)]
         with torch.autocast(
             device_type=input_ids.device.type, dtype=dtype, enabled=dtype is not None
         ):
-            kwargs.update(self.inputs(input_ids, case_ids))
+            kwargs = self.transformer_inputs(input_ids, attention_mask, token_type_ids, case_ids)
             if len(self.branches):
                 states = self.transformer(**kwargs, output_hidden_states=True).hidden_states
                 outputs = [states[-1]]
