@@ -35,6 +35,7 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 from thinc.api import Model
 
+from .int8_check import unmark_pipeline
 from .loading import PipelineLoadError, load_pipeline
 from .models.encoder.listener import EncoderListener
 from .pipeline.encoder import BertEncoderPipe
@@ -289,6 +290,7 @@ def save_assembled(assembled: Assembled, output: Union[str, Path]) -> Path:
                 "choose another folder"
             )
     assembled.nlp.to_disk(output)
+    unmark_pipeline(output)  # an int8 check of a part does not hold for the whole
     manifest = output / MANIFEST
     manifest.write_text(json.dumps(assembled.manifest(), indent=2) + "\n", encoding="utf8")
     return manifest

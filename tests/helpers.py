@@ -114,9 +114,10 @@ def loader_config(path: Path) -> dict:
 
 SMALL_ENCODER = {"max_length": 16, "stride": 4, "max_batch_tokens": 256}
 # For tests that compare a doc's outputs across batchings (one by one against
-# nlp.pipe, a batch against its parts): "auto" predicts in int8 on CPUs without
-# bf16, and int8 quantizes activations with one scale per call, so there a doc's
-# outputs move with the other docs of its batch (docs/precision.md).
+# nlp.pipe, a batch against its parts): "auto" predicts in bf16 on CPUs that have
+# it (and in int8 on others once `bert-pipes check-int8` marked the pipeline), and
+# then a doc's outputs move a little with the other docs of its batch
+# (docs/precision.md).
 FP32_ENCODER = {**SMALL_ENCODER, "predict_precision": "fp32"}
 
 

@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     annotate,
     assemble,
     calibrate,
+    check_int8,
     convert,
     convert_ner,
     convert_qa,

@@ -20,7 +20,7 @@ from ..pipeline.textcat_threshold import (
     ThresholdSweep,
     sweep_thresholds,
 )
-from .common import app, fail, overwrite_option, refuse_to_overwrite
+from .common import app, fail, overwrite_option, refuse_to_overwrite, save_changed_pipeline
 
 # The report `bert-pipes threshold` writes into OUTPUT (unless --report).
 THRESHOLD_REPORT = "threshold.json"
@@ -117,7 +117,7 @@ def calibrate_cli(
         )
     except (PipelineLoadError, ValueError) as error:
         fail(str(error))
-    nlp.to_disk(output)
+    save_changed_pipeline(nlp, output)
     if report is not None:
         srsly.write_json(report, fitted)
     typer.echo(
@@ -227,7 +227,7 @@ def threshold_cli(
     best = sweep.best.threshold
     cast(Any, nlp.get_pipe(component)).cfg["oos_threshold"] = best
     nlp.get_pipe_config(component)["oos_threshold"] = best
-    nlp.to_disk(output)
+    save_changed_pipeline(nlp, output)
     report = report if report is not None else output / THRESHOLD_REPORT
     srsly.write_json(report, sweep.to_json())
     msg.table(

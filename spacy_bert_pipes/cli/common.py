@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Dict, List, NoReturn
 
 import typer
+from spacy.language import Language
 
 app = typer.Typer(
     name="bert-pipes",
@@ -42,6 +43,19 @@ def refuse_to_overwrite(output: Path, overwrite: bool) -> None:
     """Fail when the output folder holds files and --overwrite was not given."""
     if not overwrite and output.is_dir() and any(output.iterdir()):
         fail(f"{output}: the output folder is not empty; pass --overwrite to write over it")
+
+
+def save_changed_pipeline(nlp: Language, output: Path) -> None:
+    """Save a pipeline whose heads changed. An int8 mark (`bert-pipes check-int8`)
+    measured the heads as they were, so the saved copy goes without it, and says so."""
+    from ..int8_check import unmark_pipeline
+
+    nlp.to_disk(output)
+    if unmark_pipeline(output):
+        typer.echo(
+            f"{output}: its heads changed since `bert-pipes check-int8`, so 'auto' no longer "
+            "picks int8 for it on CPUs without bf16; run check-int8 on it again"
+        )
 
 
 def overwrite_option() -> Any:

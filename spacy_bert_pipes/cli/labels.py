@@ -15,7 +15,14 @@ from ..discover.review import review_examples
 from ..io import ConversionError, read_input
 from ..pipeline.label_descriptions import read_label_descriptions
 from ..pipeline.new_labels import add_labels, label_settings, only_textcat
-from .common import app, fail, overwrite_option, refuse_to_overwrite, text_column_option
+from .common import (
+    app,
+    fail,
+    overwrite_option,
+    refuse_to_overwrite,
+    save_changed_pipeline,
+    text_column_option,
+)
 
 
 @app.command("add-label")
@@ -134,7 +141,7 @@ def add_label_cli(
         )
     except ValueError as error:
         fail(str(error))
-    nlp.to_disk(output)
+    save_changed_pipeline(nlp, output)
     typer.echo(f"Added {len(added)} label(s) to {output}: {', '.join(added)}")
     pipe = cast(Any, nlp.get_pipe(component or only_textcat(nlp)))
     output_layer = pipe.model.get_ref("output")
@@ -213,7 +220,7 @@ def adapt_cli(
         counts = pipe.adapt_to_texts(docs, rounds, weight, min_confidence)  # type: ignore[attr-defined]
     except ValueError as error:
         fail(str(error))
-    nlp.to_disk(output)
+    save_changed_pipeline(nlp, output)
     used = sum(counts.values())
     typer.echo(f"Adapted '{component}' to {used} of {len(docs)} texts (the others not routed)")
     for label, n in sorted(counts.items(), key=lambda item: -item[1]):

@@ -34,6 +34,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from thinc.api import Config, Model
 
+from ..int8_check import unmark_pipeline
 from ..io.errors import ConversionError
 from ..io.readers import InputFormat, read_input
 from ..loading import PipelineLoadError, load_pipeline
@@ -298,6 +299,7 @@ def shrink(
     if align_steps:
         aligned = _align(teacher, student, kept, {**train, **texts_path}, align_steps, progress)
     student.to_disk(output / INIT)
+    unmark_pipeline(output / INIT)  # the teacher's int8 check does not hold for the student
     annotated: Dict[str, Dict[str, int]] = {}
     corpora = dict(train)
     if labels == "teacher":

@@ -213,3 +213,23 @@ def test_calibrate_holds_out_dev_docs_for_the_threshold(
         app, [*args[:2], str(tmp_path / "c3"), *args[3:], "--hold-out", str(router["dev.spacy"])]
     )
     assert refused.exit_code == 1 and "would overwrite --dev" in refused.output
+
+
+def test_a_new_threshold_takes_the_int8_mark_off(router: Dict[str, Path], tmp_path: Path) -> None:
+    """check-int8 measured the heads with their old threshold: the saved copy is
+    not marked, and the command says so."""
+    import shutil
+
+    from spacy_bert_pipes.int8_check import Int8Check, ScoreCheck, mark_pipeline
+
+    marked = tmp_path / "marked"
+    shutil.copytree(router["model"], marked)
+    mark_pipeline(marked, Int8Check(str(marked), 0.3, "avx2", scores=[ScoreCheck("d", "k", 1, 1)]))
+    result = CliRunner().invoke(
+        app, ["threshold", str(marked), str(router["dev.spacy"]), str(tmp_path / "out"), "-n", "5"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "run check-int8 on it again" in " ".join(result.output.split())
+    saved = spacy.util.load_config(tmp_path / "out" / "config.cfg")
+    assert saved["components"]["bert_textcat"]["model"]["encoder"]["int8_checked"] is False
+    assert "int8_check" not in json.loads((tmp_path / "out" / "meta.json").read_text())

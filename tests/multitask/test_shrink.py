@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from spacy_bert_pipes.cli import app
 from spacy_bert_pipes.corpus_attrs import soft_targets
+from spacy_bert_pipes.int8_check import Int8Check, ScoreCheck, mark_pipeline
 from spacy_bert_pipes.models.encoder.bert import hf_shim
 from spacy_bert_pipes.multitask.shrink import ShrinkError, choose_layers, cut, encoders, shrink
 
@@ -273,3 +274,20 @@ def test_the_student_trains_twice_the_teachers_steps_by_default(teacher: Path) -
     assert student["optimizer"]["learn_rate"]["warmup_steps"] == 2
     given = student_config(config, Path("init"), {}, {}, steps=6)["training"]
     assert given["max_steps"] == 6 and given["optimizer"]["learn_rate"]["warmup_steps"] == 3
+
+
+def test_the_teachers_int8_mark_does_not_pass_to_the_student(teacher: Path, tmp_path: Path) -> None:
+    """check-int8 measured the teacher's heads, not the student's: the student
+    must be checked itself before "auto" may pick int8 for it."""
+    import shutil
+
+    marked = tmp_path / "teacher"
+    shutil.copytree(teacher, marked)
+    check = Int8Check(str(marked), 0.3, "avx2", scores=[ScoreCheck("d", "k", 0.5, 0.5)])
+    assert mark_pipeline(marked, check) == ["components.bert_encoder.model"]
+    shrink(marked, tmp_path / "student", 2, steps=1, align_steps=0, progress=False)
+    for folder in ("student-init", "model-last"):
+        config = spacy.util.load_config(tmp_path / "student" / folder / "config.cfg")
+        assert config["components"]["bert_encoder"]["model"]["int8_checked"] is False, folder
+        meta = json.loads((tmp_path / "student" / folder / "meta.json").read_text())
+        assert "int8_check" not in meta, folder

@@ -89,13 +89,14 @@ def BertEncoderV2(
     hidden_layers: Literal["last", "sum_last_four", "concat_last_four"] = "last",
     context: Literal["doc", "sentence", "auto"] = "doc",
     case_embeddings: bool = False,
+    int8_checked: bool = False,
 ) -> Model[List[Doc], List[DocEncoding]]:
     """A BERT-family encoder (Hugging Face AutoModel) producing a DocEncoding per doc.
 
     The weights arrive in `initialize`, through the component's `encoder_loader`.
     Each setting (max_length, stride, max_batch_tokens, precision, predict_precision,
-    frozen_layers, hidden_layers, context, case_embeddings) is documented once, in
-    the encoder's table in docs/components.md.
+    frozen_layers, hidden_layers, context, case_embeddings, int8_checked) is
+    documented once, in the encoder's table in docs/components.md.
     """
     from ..transformer.hf_shim import HFShim
 
@@ -118,6 +119,7 @@ def BertEncoderV2(
         frozen_layers=frozen_layers,
         case_embeddings=case_embeddings,
         predict_precision=predict_precision,
+        int8_checked=int8_checked,
     )
     return Model(
         "bert_encoder",

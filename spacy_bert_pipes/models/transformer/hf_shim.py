@@ -119,9 +119,12 @@ class HFShim(Shim):
         frozen_layers: Union[int, str] = 0,
         case_embeddings: bool = False,
         predict_precision: Optional[str] = None,
+        int8_checked: bool = False,
     ):
         """precision: training (and, when predict_precision is None, prediction)
-        precision; predict_precision: the precision of `predict`."""
+        precision; predict_precision: the precision of `predict`; int8_checked:
+        whether "auto" may predict in int8 on a CPU without fast bf16
+        (`resolve_precision`)."""
         super().__init__(None, config={}, optimizer=None)
         if predict_precision is not None and predict_precision not in PRECISION_CHOICES:
             raise ValueError(
@@ -131,6 +134,7 @@ class HFShim(Shim):
         self.hidden_layers = hidden_layers
         self.precision = precision
         self.predict_precision = predict_precision
+        self.int8_checked = int8_checked
         self.frozen_layers = frozen_layers
         self.case_embeddings = case_embeddings
         self._tokenizer: Any = None
@@ -244,7 +248,9 @@ class HFShim(Shim):
         """What `predict` runs in on this device: predict_precision (or, unset,
         precision) with "auto" resolved."""
         setting = self.predict_precision or self.precision
-        return resolve_precision(setting, self.device, predicting=True)
+        return resolve_precision(
+            setting, self.device, predicting=True, int8_checked=self.int8_checked
+        )
 
     @property
     def rows_share_scales(self) -> bool:

@@ -47,10 +47,26 @@ def cpu_has_fast_bf16() -> bool:
     """Whether this CPU has bf16 matrix units (AMX) or AVX-512 BF16 instructions.
 
     Without them torch emulates bf16 matmuls and autocast makes the CPU slower,
-    which is why "auto" keeps such CPUs on fp32.
+    which is why "auto" never picks bf16 on such CPUs.
     """
     flags = cpu_flags()
     return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def cpu_kind() -> str:
+    """This CPU's kind, by the flags the precisions depend on: "amx", "avx512bf16",
+    "avx512vnni" (int8 dot products, no bf16), "avx512", "avx2" or "other"."""
+    flags = cpu_flags()
+    for flag, kind in (
+        ("amx_bf16", "amx"),
+        ("avx512_bf16", "avx512bf16"),
+        ("avx512_vnni", "avx512vnni"),
+        ("avx512f", "avx512"),
+        ("avx2", "avx2"),
+    ):
+        if flag in flags:
+            return kind
+    return "other"
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,18 +82,22 @@ def cuda_has_bf16(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 8
 
 
-def resolve_precision(precision: str, device: torch.device, *, predicting: bool = False) -> str:
+def resolve_precision(
+    precision: str, device: torch.device, *, predicting: bool = False, int8_checked: bool = False
+) -> str:
     """Turn "auto" into a concrete precision for a device; other values pass through,
     except "tf32", which is "fp32" off CUDA.
 
     "auto" picks the fastest precision that keeps accuracy (docs/precision.md has
     the figures). On a CPU with AMX / AVX-512 BF16: bf16 (1.57x fp32 end to end on
-    an AVX-512 BF16 EPYC, the heads within 0.1 point). On other CPUs: fp32. int8
-    (ONNX Runtime) is faster there, but "auto" picks it only once every shipped
-    head is measured within 0.3 points of fp32 at int8, which it is not yet. On
-    CUDA, training (`predicting` false) uses bf16 on GPUs that compute it natively
-    (Ampere and newer), but prediction stays fp32: on an H100, bf16 prediction of
-    the default 6-layer encoder measured 2.5-3.5x slower than fp32.
+    an AVX-512 BF16 EPYC, the heads within 0.1 point). On other CPUs, prediction
+    (`predicting` true) runs int8 through ONNX Runtime when the encoder is
+    `int8_checked` (its pipeline passed `bert-pipes check-int8`: every head within
+    0.3 point of fp32 at int8) and ONNX Runtime is installed, else fp32; training
+    is fp32 there (bf16 is emulated, and slower). On CUDA, training uses bf16 on
+    GPUs that compute it natively (Ampere and newer), but prediction stays fp32: on
+    an H100, bf16 prediction of the default 6-layer encoder measured 2.5-3.5x
+    slower than fp32.
     """
     if precision == "tf32":
         return "tf32" if device.type == "cuda" else "fp32"
@@ -85,7 +105,9 @@ def resolve_precision(precision: str, device: torch.device, *, predicting: bool 
         return precision
     if device.type == "cuda":
         return "bf16" if cuda_has_bf16(device) and not predicting else "fp32"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
+    if cpu_has_fast_bf16():
+        return "bf16"
+    return "int8" if predicting and int8_checked and int8_available() else "fp32"
 
 
 # Padding a bf16 batch on a CPU: AMX multiplies bf16 in tiles of 16 rows, and lengths

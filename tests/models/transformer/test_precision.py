@@ -46,7 +46,7 @@ def test_auto_on_the_cpu_is_bf16_only_with_fast_bf16(monkeypatch):
     for flags, want in (({"avx512_bf16"}, "bf16"), ({"amx_bf16"}, "bf16"), ({"avx2"}, "fp32")):
         monkeypatch.setattr(precision_module, "cpu_flags", lambda flags=flags: frozenset(flags))
         assert resolve_precision("auto", CPU) == want
-        # int8 is asked for, never picked: its head scores are not yet measured
+        # int8 only for an encoder whose pipeline passed the int8 check
         assert resolve_precision("auto", CPU, predicting=True) == want
     # explicit settings pass through; tf32 is a CUDA mode
     assert resolve_precision("int8", CPU) == "int8"
@@ -100,6 +100,39 @@ def test_v1_predicts_in_its_training_precision(tiny_bert, fast_bf16_cpu):
 
 def test_auto_is_fp32_on_a_cpu_without_fast_bf16(tiny_bert, plain_cpu):
     assert loaded(BertEncoderV2(), tiny_bert).shims[0].prediction_precision == "fp32"
+
+
+def test_auto_predicts_int8_on_a_cpu_without_fast_bf16_once_checked(monkeypatch):
+    for flags in ({"avx2"}, {"avx512f", "avx512_vnni"}):
+        monkeypatch.setattr(precision_module, "cpu_flags", lambda flags=flags: frozenset(flags))
+        assert resolve_precision("auto", CPU, predicting=True, int8_checked=True) == "int8"
+        # training never runs int8; an unchecked encoder stays fp32
+        assert resolve_precision("auto", CPU, int8_checked=True) == "fp32"
+        assert resolve_precision("auto", CPU, predicting=True) == "fp32"
+    # bf16 where the CPU has it, checked or not; fp32 on CUDA
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert resolve_precision("auto", CPU, predicting=True, int8_checked=True) == "bf16"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert resolve_precision("auto", CUDA, predicting=True, int8_checked=True) == "fp32"
+
+
+def test_auto_without_onnxruntime_stays_fp32(monkeypatch, plain_cpu):
+    monkeypatch.setattr(precision_module, "int8_available", lambda: False)
+    assert resolve_precision("auto", CPU, predicting=True, int8_checked=True) == "fp32"
+
+
+def test_a_checked_encoder_predicts_int8_on_a_cpu_without_fast_bf16(tiny_bert, plain_cpu, docs):
+    encoder = loaded(BertEncoderV2(int8_checked=True), tiny_bert)
+    shim = encoder.shims[0]
+    assert shim.prediction_precision == "int8"
+    assert shim.rows_share_scales  # int8's one activation scale per call
+    # and it runs the quantized module: near fp32's outputs, not equal to them
+    fp32 = loaded(BertEncoderV2(predict_precision="fp32"), tiny_bert).predict(docs)
+    for got, want in zip(encoder.predict(docs), fp32):
+        assert got.wordpieces.shape == want.wordpieces.shape
+        assert not numpy.array_equal(got.wordpieces, want.wordpieces)
+        cosine = (got.cls @ want.cls) / numpy.linalg.norm(got.cls) / numpy.linalg.norm(want.cls)
+        assert cosine > 0.9
 
 
 def test_unknown_predict_precision_is_refused():
@@ -190,3 +223,19 @@ def test_frozen_encoder_trains_on_features_of_the_training_precision(
 
     shim.finish_update(SGD(0.1))
     assert shim._reduced is reduced
+
+
+@pytest.mark.parametrize(
+    "flags,kind",
+    [
+        ({"avx2", "avx512f", "avx512_vnni", "amx_bf16", "avx512_bf16"}, "amx"),
+        ({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}, "avx512bf16"),
+        ({"avx2", "avx512f", "avx512_vnni"}, "avx512vnni"),
+        ({"avx2", "avx512f"}, "avx512"),
+        ({"avx2"}, "avx2"),
+        (set(), "other"),
+    ],
+)
+def test_the_cpu_kind_is_named_by_its_best_flag(monkeypatch, flags, kind):
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset(flags))
+    assert precision_module.cpu_kind() == kind
