@@ -35,7 +35,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import typer
 
@@ -45,20 +45,11 @@ from speedlib import timing  # noqa: E402  (bench/speed.py's parts)
 from speedlib import workloads as speed_workloads  # noqa: E402
 
 from spacy_bert_pipes.models.transformer.precision import (  # noqa: E402
-    cpu_flags,
     cpu_has_fast_bf16,
+    cpu_kind,
 )
 
 extras.use()  # as bench/speed.py: the references here and in the commands it starts
-
-
-def cpu_kind() -> str:
-    flags = cpu_flags()
-    if "amx_bf16" in flags:
-        return "amx"
-    if "avx512_bf16" in flags:
-        return "avx512bf16"
-    return "avx512" if "avx512f" in flags else "avx2"
 
 
 def runs(
@@ -66,24 +57,35 @@ def runs(
     ours: str = "ours-textcat-ner",
     trf: bool = True,
     pipelines: Optional[Dict[str, str]] = None,
-) -> List[Tuple[str, str, str, str]]:
-    """(key, system, precision, pipeline path or "") of one round, in order. Ours at
-    the precision "auto" resolves to here is ours at "default" (as saved: "auto"),
-    run once; with `pipelines`, ours is each of them at every precision."""
+    keep: str = "",
+    keep_precisions: Sequence[str] = (),
+) -> List[Tuple[str, str, str, str, str]]:
+    """(key, system, precision, pipeline path or "", heads kept) of one round, in
+    order. Ours at the precision "auto" resolves to here is ours at "default" (as
+    saved: "auto"), run once; with `pipelines`, ours is each of them at every
+    precision, and with `keep` also each with only those heads at `keep_precisions`
+    (keys `<layers>L-<heads>@<precision>`)."""
     import torch
 
     from spacy_bert_pipes.models.transformer.precision import resolve_precision
 
     auto = resolve_precision("auto", torch.device("cpu"), predicting=True)
-    out = [(f"bare@{p}", "bare", p, "") for p in precisions]
+    out = [(f"bare@{p}", "bare", p, "", "") for p in precisions]
     if pipelines:
         for layers, path in pipelines.items():
-            out += [(f"{layers}L@{p}", "ours-pipeline", p, path) for p in precisions]
+            out += [(f"{layers}L@{p}", "ours-pipeline", p, path, "") for p in precisions]
+            if keep:
+                tag = keep.replace(",", "+")
+                out += [
+                    (f"{layers}L-{tag}@{p}", "ours-pipeline", p, path, keep)
+                    for p in keep_precisions
+                    if p in precisions
+                ]
     else:
-        out += [(f"{ours}@{p}", ours, p, "") for p in precisions if p != auto]
-        out += [(f"{ours}@default", ours, "default", "")]
+        out += [(f"{ours}@{p}", ours, p, "", "") for p in precisions if p != auto]
+        out += [(f"{ours}@default", ours, "default", "", "")]
     if trf:
-        out += [("trf-textcat-ner@default", "trf-textcat-ner", "default", "")]
+        out += [("trf-textcat-ner@default", "trf-textcat-ner", "default", "", "")]
     return out
 
 
@@ -191,6 +193,12 @@ def main(
     picture_path: Optional[Path] = typer.Option(
         None, "--picture", help="PNG: each head's score against words/s (with --scores)"
     ),
+    keep: str = typer.Option(
+        "",
+        help="With --pipeline: also run each pipeline with only these heads, e.g. "
+        "intents,bert_ner (the tasks of spacy-transformers' textcat + ner)",
+    ),
+    keep_precisions: str = typer.Option("bf16,int8", help="The precisions of the --keep runs"),
 ) -> None:
     wanted = [p for p in precisions.split(",") if p and (p != "bf16" or cpu_has_fast_bf16())]
     pipelines = name_values(pipeline, "--pipeline")
@@ -201,6 +209,7 @@ def main(
         "rounds": rounds,
         "command": " ".join(sys.argv),
         "pipelines": pipelines,
+        "kept_heads": keep,
         "scores": {
             layers: json.loads(Path(file).read_text(encoding="utf8"))["scores"]
             for layers, file in name_values(scores, "--scores").items()
@@ -217,7 +226,8 @@ def main(
         timings: Dict[str, List[float]] = {}
         details: Dict[str, Any] = {}
         for round_ in range(rounds):
-            for key, system, precision, path in runs(wanted, ours, trf, pipelines):
+            kept_runs = runs(wanted, ours, trf, pipelines, keep, keep_precisions.split(","))
+            for key, system, precision, path, heads in kept_runs:
                 s = speed_workloads.Settings(
                     workload=workload,
                     limit=limit or speed_workloads.DEFAULT_LIMITS[workload],
@@ -232,6 +242,7 @@ def main(
                     gpu=-1,
                     data=str(speed_workloads.DEFAULT_DATA),
                     trained=path or str(trained or ""),
+                    keep=heads,
                 )
                 result = timing.spawn(system, s, timeout=1800)
                 if "error" in result:

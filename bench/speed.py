@@ -111,6 +111,11 @@ def main(
     timeout: int = typer.Option(1800, help="Seconds allowed to each system"),
     output: Optional[Path] = typer.Option(None, help="JSON results (default bench/results/...)"),
     gpu: int = typer.Option(-1, help="CUDA device every system runs on (-1: the CPU)"),
+    keep: str = typer.Option(
+        "",
+        help="ours-pipeline: the heads to run, comma-separated (the encoders they listen "
+        "to come along; default: every component)",
+    ),
     data: Path = typer.Option(DEFAULT_DATA, help="The datasets folder (../shared/datasets)"),
     system: Optional[str] = typer.Option(None, hidden=True, help="Run one system (internal)"),
     result_file: Optional[Path] = typer.Option(None, hidden=True, help="(internal)"),
@@ -129,6 +134,7 @@ def main(
         gpu=gpu,
         data=str(data),
         trained=str(trained or ""),
+        keep=keep,
     )
     if system is not None:  # the child: one system, result to a file
         try:

@@ -304,7 +304,11 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
         from spacy_bert_pipes.loading import load_pipeline
 
         precision = None if s.precision == "default" else s.precision
-        nlp = load_pipeline(Path(s.trained), precision=precision)  # type: ignore[arg-type]
+        nlp = load_pipeline(
+            Path(s.trained),
+            precision=precision,  # type: ignore[arg-type]
+            exclude=left_out(Path(s.trained), s.keep),
+        )
     elif system == "ours-qa":  # no trained QA pipeline: an untrained head
         nlp = spacy.blank("en")
         qa_model = {
@@ -372,10 +376,31 @@ def trained_path(s: Settings, system: str) -> Path:
     return trained_module().pipeline_path(Path(s.trained), system)
 
 
+def left_out(pipeline: Path, keep: str) -> List[str]:
+    """The components of a saved pipeline to leave out so that only the heads in
+    `keep` (comma-separated; "": every component) and the bert encoders run."""
+    if not keep:
+        return []
+    import spacy
+
+    config = spacy.util.load_config(pipeline / "config.cfg", interpolate=False)
+    heads = [name for name in keep.split(",") if name]
+    unknown = [name for name in heads if name not in config["nlp"]["pipeline"]]
+    if unknown:
+        names = ", ".join(config["nlp"]["pipeline"])
+        raise ValueError(
+            f"--keep {', '.join(unknown)}: not in {pipeline} (its components: {names})"
+        )
+    return [
+        name
+        for name in config["nlp"]["pipeline"]
+        if name not in heads and config["components"][name].get("factory") != "bert_encoder"
+    ]
+
+
 def encoder_precisions(nlp: Any) -> Dict[str, str]:
     """What each encoder of a pipeline predicts in, as resolved on its device."""
     from spacy_bert_pipes.models.transformer import hf_shim
-    from spacy_bert_pipes.models.transformer.precision import resolve_precision
 
     out = {}
     for name, component in nlp.pipeline:
@@ -383,9 +408,8 @@ def encoder_precisions(nlp: Any) -> Dict[str, str]:
         for node in model.walk() if model is not None else []:
             for shim in node.shims:
                 if isinstance(shim, hf_shim.HFShim) and shim.is_loaded:
-                    setting = getattr(shim, "predict_precision", shim.precision)
-                    resolved = resolve_precision(setting, shim.device, predicting=True)
-                    out[name] = f"{setting} -> {resolved}"
+                    setting = shim.predict_precision or shim.precision
+                    out[name] = f"{setting} -> {shim.prediction_precision}"
     return out
 
 

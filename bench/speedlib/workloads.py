@@ -33,6 +33,7 @@ class Settings:
     gpu: int
     data: str
     trained: str = ""
+    keep: str = ""  # ours-pipeline: the heads to run (comma-separated; "": all)
 
 
 def load_texts(workload: str, limit: int, data: Path) -> List[str]:
