@@ -7,6 +7,8 @@ from typing import Any, Dict
 import srsly
 
 ROOT = Path(__file__).resolve().parent.parent
+# The one-pass pipeline's heads, each with its own corpora
+HEAD_CORPORA = ("banking77", "nluplusplus", "conll2003", "restaurant8k")
 
 
 def project() -> Dict[str, Any]:
@@ -298,8 +300,23 @@ def test_each_intent_classifier_is_calibrated_as_all_does() -> None:
         ):
             assert option in script, (calibrate, option)
         report = script.split("--report ")[1].split()[0]
-        assert step["deps"] == [trained, "corpus/banking77/dev.spacy"]
-        assert step["outputs"] == [routed, report]
+        if calibrate == "calibrate-textcat":
+            assert step["deps"] == [trained, "corpus/banking77/dev.spacy"]
+            assert step["outputs"] == [routed, report]
+        else:  # a one-pass pipeline: checked for int8 on every head's dev set once routed
+            dev = [f"corpus/{c}/dev.spacy" for c in HEAD_CORPORA]
+            (check,) = step["script"][1:]
+            assert check.split()[:9] == [
+                "python",
+                "-m",
+                "spacy_bert_pipes",
+                "check-int8",
+                routed,
+                *dev,
+            ]
+            assert "--tolerance ${vars.int8_tolerance}" in check
+            assert step["deps"] == [trained, *dev]
+            assert step["outputs"] == [routed, report, check.split("--report ")[1].split()[0]]
         for user in users:
             used = command(config, user)
             assert f" {routed} " in used["script"][0] and routed in used["deps"], user
