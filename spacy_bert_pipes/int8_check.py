@@ -80,6 +80,15 @@ class Int8Check:
         """The scores int8 lowers by more than the tolerance."""
         return [s for s in self.scores if s.points < -self.tolerance]
 
+    def coarse(self) -> Dict[str, float]:
+        """The corpora too small to tell the tolerance apart: {corpus: the points one
+        doc is worth in a per-doc score (100 / docs)}, where that is above it."""
+        return {
+            corpus: round(100 / docs, 2)
+            for corpus, docs in self.docs.items()
+            if docs and 100 / docs > self.tolerance
+        }
+
     @property
     def passed(self) -> bool:
         return bool(self.scores) and not self.failed()

@@ -107,6 +107,9 @@ def test_a_head_fails_when_int8_loses_more_than_the_tolerance() -> None:
     check = Int8Check("p", 0.3, "avx2", scores=failing)
     assert not check.passed
     assert [(s.key, s.points) for s in check.failed()] == [("nlu_micro_f", -0.5)]
+    # 200 docs: one doc is 0.5 point of an accuracy, more than the tolerance
+    check.docs = {"dev.spacy": 500, "nlu.spacy": 200}
+    assert check.coarse() == {"nlu.spacy": 0.5}
     # gains never fail; nothing measured is no pass
     assert Int8Check("p", 0.0, "avx2", scores=[ScoreCheck("d", "k", 0.5, 0.6)]).passed
     assert not Int8Check("p", 0.3, "avx2").passed
@@ -152,6 +155,13 @@ def test_the_cli_checks_marks_and_reports(
     result = runner.invoke(app, [*args, "--dry-run", "--report", str(report)])
     assert result.exit_code == 0, result.output
     assert "cats_score" in result.output and "fp32" in result.output
+    assert "more docs make the check surer" not in result.output  # a doc's points < 100
+    # at the default 0.3, a dozen docs cannot resolve the bar, which it says (pass or fail)
+    result = runner.invoke(app, ["check-int8", str(pipeline), str(saved["data"]), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    docs = len(NER_TEXTS) + len(TRAIN_TEXTS)
+    said = " ".join(result.output.split())
+    assert f"has {docs} docs: one doc moves a per-doc score by {round(100 / docs, 2)}" in said
     assert json.loads(report.read_text())["passed"] is True
     assert "int8_check" not in srsly.read_json(pipeline / "meta.json")  # a dry run
     result = runner.invoke(app, args)

@@ -91,6 +91,11 @@ def check_int8_cli(
         marked = mark_pipeline(pipeline, check) if mark else []
     except Int8CheckError as err:
         fail(str(err))
+    for corpus, points in check.coarse().items():
+        msg.info(
+            f"{corpus} has {check.docs[corpus]} docs: one doc moves a per-doc score by "
+            f"{points} point, more than the tolerance; more docs make the check surer"
+        )
     lost = ", ".join(f"{s.key} on {s.corpus} ({s.points:+.2f})" for s in check.failed())
     if check.passed:
         msg.good(f"Every score within {tolerance} point of fp32 at int8")
