@@ -335,7 +335,7 @@ def build_ours(s: Settings, system: str) -> Tuple[Runner, Dict[str, Any]]:
                     bool(doc.cats) if any_pipeline else len(doc.cats) == len(labels)
                 )
                 checks["entities"] += len(doc.ents)
-                if system in ("ours-qa", "ours-pipeline"):
+                if system in ("ours-qa", "ours-pipeline") and doc.has_extension("answers"):
                     checks["answers"] += len(doc._.get("answers") or [])
         checks.update(counter.counts)
         counter.counts = dict.fromkeys(counter.counts, 0)
