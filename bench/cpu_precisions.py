@@ -100,18 +100,20 @@ def name_values(items: List[str], option: str) -> Dict[str, str]:
     return out
 
 
-# (test set, score key, title): the heads the frontier's picture plots
+# (test set, score key, title, component): the heads the frontier's picture plots
 HEADS = [
-    ("banking77", "cats_accuracy", "Banking77 accuracy"),
-    ("nluplusplus", "nlu_micro_f", "NLU++ micro F"),
-    ("conll2003", "ents_f", "CoNLL-2003 entity F"),
-    ("restaurant8k", "qa_span_f", "Restaurant-8k span F"),
+    ("banking77", "cats_accuracy", "Banking77 accuracy", "intents"),
+    ("nluplusplus", "nlu_micro_f", "NLU++ micro F", "nluplusplus"),
+    ("conll2003", "ents_f", "CoNLL-2003 entity F", "bert_ner"),
+    ("restaurant8k", "qa_span_f", "Restaurant-8k span F", "slots"),
 ]
 
 
 def picture(results: Dict[str, Any], workload: str, path: Path) -> None:
     """One panel per head: its test score against words/s, a point per (layers,
-    precision), spacy-transformers' words/s as a dashed line."""
+    precision) with every head running, a hollow one where only the --keep heads
+    ran (a head scores the same either way), spacy-transformers' words/s as a
+    dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,7 +122,9 @@ def picture(results: Dict[str, Any], workload: str, path: Path) -> None:
     speed = results["workloads"][workload]["words_per_second_median"]
     fig, axes = plt.subplots(1, len(HEADS), figsize=(4.0 * len(HEADS), 3.4))
     markers = {"fp32": "o", "bf16": "s", "int8": "^"}
-    for ax, (test, key, title) in zip(axes, HEADS):
+    kept = [name for name in results.get("kept_heads", "").split(",") if name]
+    tag = "+".join(kept)
+    for ax, (test, key, title, component) in zip(axes, HEADS):
         for i, (layers, scores) in enumerate(results["scores"].items()):
             points = []
             for precision, score in scores.get(test, {}).items():
@@ -130,6 +134,15 @@ def picture(results: Dict[str, Any], workload: str, path: Path) -> None:
                 points.append((wps, 100 * score[key]))
                 ax.scatter(*points[-1], marker=markers.get(precision, "o"), color=f"C{i}")
                 ax.annotate(f"{layers}L {precision}", points[-1], fontsize=7)
+                alone = speed.get(f"{layers}L-{tag}@{precision}")
+                if component in kept and alone is not None:
+                    ax.scatter(
+                        alone,
+                        100 * score[key],
+                        marker=markers.get(precision, "o"),
+                        facecolors="none",
+                        edgecolors=f"C{i}",
+                    )
             if points:
                 ax.plot(*zip(*sorted(points)), color=f"C{i}", alpha=0.3)
         if "trf-textcat-ner@default" in speed:
@@ -145,6 +158,14 @@ def picture(results: Dict[str, Any], workload: str, path: Path) -> None:
         ax.set_xlabel(f"words/s, {workload}")
     axes[0].set_ylabel("test score")
     fig.tight_layout()
+    if kept:
+        fig.subplots_adjust(bottom=0.22)
+        fig.text(
+            0.01,
+            0.01,
+            f"filled: every head runs; hollow: only {', '.join(kept)} (with their encoder)",
+            fontsize=8,
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
