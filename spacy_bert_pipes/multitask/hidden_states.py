@@ -17,7 +17,7 @@ distillation; the heads' soft labels come after it, in spaCy's training.
 import random
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import numpy
 import torch
@@ -27,6 +27,7 @@ from thinc.api import Model
 from ..models.encoder.bert import hf_shim, special_ids
 from ..models.text.tokens import tokenized
 from ..models.text.window_layout import layout_windows
+from ..models.text.windows import padded_batch
 from ..models.transformer.branches import run_branch
 from ..models.transformer.transformer_module import TransformerModule
 from ..progress import progress_bar
@@ -88,22 +89,13 @@ def encoder_windows(encoder: Model, docs: Sequence[Doc]) -> List[Window]:
 def pad_batch(
     windows: Sequence[Window], pad_id: int, device: torch.device
 ) -> Tuple[torch.Tensor, ...]:
-    """(ids, mask, segment ids, casing classes or None), each (batch, longest)."""
+    """(ids, mask, segment ids, casing classes or None), each (batch, longest),
+    padded as the encoder's forward pads them (`windows.padded_batch`)."""
     longest = max(len(ids) for ids, _, _ in windows)
-    ids = numpy.full((len(windows), longest), pad_id, dtype="int64")
-    mask = numpy.zeros((len(windows), longest), dtype="int64")
-    types = numpy.zeros((len(windows), longest), dtype="int64")
-    cases = numpy.zeros((len(windows), longest), dtype="int64")
-    for row, (w_ids, w_types, w_cases) in enumerate(windows):
-        ids[row, : len(w_ids)] = w_ids
-        mask[row, : len(w_ids)] = 1
-        types[row, : len(w_ids)] = w_types
-        if w_cases is not None:
-            cases[row, : len(w_ids)] = w_cases
-    tensors = [torch.from_numpy(a).to(device) for a in (ids, mask, types, cases)]
-    if windows[0][2] is None:
-        tensors[3] = None  # type: ignore[call-overload]
-    return tuple(tensors)
+    cases = None if windows[0][2] is None else [cast(numpy.ndarray, w[2]) for w in windows]
+    arrays = padded_batch([w[0] for w in windows], [w[1] for w in windows], longest, pad_id, cases)
+    tensors = [torch.from_numpy(a).long().to(device) for a in arrays]
+    return (*tensors, None) if cases is None else tuple(tensors)
 
 
 def states(

@@ -42,6 +42,7 @@ from ..text.windows import (
     copy_rows,
     pack_batches,
     pack_reproducible,
+    padded_batch,
     reproducible_rows,
     segment_sums,
 )
@@ -220,24 +221,18 @@ def run_windows(
     outputs: List[Any] = [None] * len(windows)
     callbacks = []
     for batch in batches:
-        batch_lengths = numpy.asarray([lengths[i] for i in batch], dtype="i")
-        longest = int(batch_lengths.max())
+        longest = max(lengths[i] for i in batch)
         width = bucket_length(longest) if reproducible else shim.padded_length(longest, is_train)
         rows = batch
         if reproducible:  # every call of a width has one shape: copies of row 0 fill it
             rows = batch + [batch[0]] * (reproducible_rows(width, tokens) - len(batch))
-            batch_lengths = numpy.asarray([lengths[i] for i in rows], dtype="i")
-        # (rows, length): True over each window's real wordpieces, row by row
-        mask = numpy.arange(width)[None, :] < batch_lengths[:, None]
-        ids = numpy.full((len(rows), width), pad, dtype="i")
-        ids[mask] = numpy.concatenate([windows[i][0] for i in rows])
-        types = numpy.zeros((len(rows), width), dtype="i")
-        types[mask] = numpy.concatenate([windows[i][1] for i in rows])
-        inputs = [ids, mask.astype("i"), types]
-        if shim.uses_cases:
-            case_ids = numpy.zeros((len(rows), width), dtype="i")
-            case_ids[mask] = numpy.concatenate([cast(Sequence[Ints1d], cases)[i] for i in rows])
-            inputs.append(case_ids)
+        inputs = padded_batch(
+            [windows[i][0] for i in rows],
+            [windows[i][1] for i in rows],
+            width,
+            pad,
+            [cast(Sequence[Ints1d], cases)[i] for i in rows] if shim.uses_cases else None,
+        )
         # (batch, length, width)
         hidden, backprop = run_batch(shim, tuple(xp.asarray(a) for a in inputs), is_train)
         hidden = hidden[: len(batch)]  # the copies' rows are dropped (prediction only)

@@ -13,7 +13,7 @@ handled by the encoder. Conventions:
 
 import functools
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple, cast
+from typing import Any, List, Optional, Sequence, Tuple, cast
 
 import numpy
 from thinc.types import Ints1d
@@ -138,6 +138,33 @@ def pack_batches(
 # calls holds enough rows for this many padded wordpieces.
 REPRODUCIBLE_BUCKET = 16
 REPRODUCIBLE_TOKENS = 512
+
+
+def padded_batch(
+    ids: Sequence[Any],
+    types: Sequence[Any],
+    width: int,
+    pad: int,
+    cases: Optional[Sequence[Any]] = None,
+) -> List[numpy.ndarray]:
+    """A batch of windows (each window's ids, segment ids and casing classes: 1d
+    integer arrays) as the transformer reads it, each array (rows, width) of
+    int32: the ids (`pad` after each window), the attention mask, the segment ids
+    and, given `cases`, the casing classes (0 on the padding). Built with a few
+    numpy calls: the windows concatenated, then written under the mask."""
+    lengths = numpy.asarray([len(row) for row in ids])
+    # (rows, width): True over each window's real wordpieces, row by row
+    mask = numpy.arange(width)[None, :] < lengths[:, None]
+    padded = numpy.full((len(ids), width), pad, dtype="i")
+    padded[mask] = numpy.concatenate(ids)
+    segments = numpy.zeros((len(ids), width), dtype="i")
+    segments[mask] = numpy.concatenate(types)
+    arrays = [padded, mask.astype("i"), segments]
+    if cases is not None:
+        case_ids = numpy.zeros((len(ids), width), dtype="i")
+        case_ids[mask] = numpy.concatenate(cases)
+        arrays.append(case_ids)
+    return arrays
 
 
 def bucket_length(length: int, bucket: int = REPRODUCIBLE_BUCKET) -> int:

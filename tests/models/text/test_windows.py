@@ -13,6 +13,7 @@ from spacy_bert_pipes.models.text.windows import (
     copy_rows,
     pack_batches,
     pack_reproducible,
+    padded_batch,
     plan_windows,
     reproducible_rows,
     segment_sums,
@@ -234,3 +235,15 @@ def test_pack_reproducible_batches_one_shape_per_width():
         assert 1 <= len(batch) <= reproducible_rows(width)
     assert reproducible_rows(16) * 16 == REPRODUCIBLE_TOKENS
     assert reproducible_rows(10_000) == 1
+
+
+def test_a_padded_batch_holds_each_window_under_its_mask():
+    ids = [numpy.array([101, 7, 102]), numpy.array([101, 102])]
+    types = [numpy.array([0, 0, 1]), numpy.array([0, 0])]
+    padded, mask, segments = padded_batch(ids, types, 4, pad=0)
+    assert padded.tolist() == [[101, 7, 102, 0], [101, 102, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
+    assert segments.tolist() == [[0, 0, 1, 0], [0, 0, 0, 0]]
+    assert {a.dtype for a in (padded, mask, segments)} == {numpy.dtype("int32")}
+    *_, cases = padded_batch(ids, types, 3, pad=0, cases=[numpy.array([4, 2, 4]), [4, 4]])
+    assert cases.tolist() == [[4, 2, 4], [4, 4, 0]]
