@@ -21,7 +21,7 @@ kernels round differently), so the record names the CPU kind it was measured on.
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import srsly
 from confection import Config
@@ -150,11 +150,10 @@ def check_int8(
     check = Int8Check(str(pipeline), tolerance, cpu_kind())
     for path in corpora:
         try:
-            fp32 = _scores(reference, path, sample, seed, batch_size)
-            int8 = _scores(quantized, path, sample, seed, batch_size)
+            fp32, check.docs[str(path)] = _scores(reference, path, sample, seed, batch_size)
+            int8, _ = _scores(quantized, path, sample, seed, batch_size)
         except EvaluateError as err:
             raise Int8CheckError(str(err)) from err
-        check.docs[str(path)] = fp32.pop("__docs__")
         for key in judged:
             if _number(fp32.get(key)) and fp32[key] > 0 and _number(int8.get(key)):
                 check.scores.append(ScoreCheck(str(path), key, fp32[key], int8[key]))
@@ -168,11 +167,10 @@ def check_int8(
 
 def _scores(
     nlp: Language, path: Path, sample: int, seed: int, batch_size: Optional[int]
-) -> Dict[str, Any]:
+) -> Tuple[Dict[str, Any], int]:
+    """The pipeline's scores on a corpus, and the docs scored."""
     examples = read_examples(nlp, path, sample=sample, seed=seed)
-    scores = dict(evaluate(nlp, examples, batch_size=batch_size).scores)
-    scores["__docs__"] = len(examples)
-    return scores
+    return evaluate(nlp, examples, batch_size=batch_size).scores, len(examples)
 
 
 def _number(value: Any) -> bool:
